@@ -1,0 +1,10 @@
+"""Thin Ray shells over rayrl.engines: resources, concurrency and lifecycle; no algorithms."""
+
+from rayrl.actors.broadcast import WeightBroadcaster
+from rayrl.actors.buffer import TrajectoryBuffer
+from rayrl.actors.learner import LearnerGroup, LearnerWorker
+from rayrl.actors.reward import RewardActor
+from rayrl.actors.rollout import RolloutWorker
+
+__all__ = ["LearnerGroup", "LearnerWorker", "RewardActor", "RolloutWorker", "TrajectoryBuffer",
+           "WeightBroadcaster"]

@@ -1,0 +1,44 @@
+"""WeightBroadcaster: owns the weight-sync group, the policy version and its timing.
+
+One sync: pause rollout engines (in-flight requests kept) -> learner streams packed buckets ->
+rollout engines load them -> resume at version v+1.
+"""
+
+from __future__ import annotations
+
+import time
+
+import ray
+
+from rayrl.config import Config
+from rayrl.engines.transport.base import GroupInfo
+from rayrl.types import WeightVersion
+
+
+@ray.remote(num_cpus=0)
+class WeightBroadcaster:
+    def __init__(self, cfg: Config, learner_group, rollouts: list) -> None:
+        self.cfg, self.learners, self.rollouts = cfg, learner_group, rollouts
+        self.plan = None
+        self.history: list[WeightVersion] = []
+
+    def setup(self) -> dict:
+        """Create the sync group (learner rank 0 = rank 0) and agree on the bucket plan."""
+        addr, port = ray.get(self.learners.rank0.weight_sync_address.remote())
+        world = 1 + len(self.rollouts)
+        info = lambda rank: GroupInfo(addr, port, world, rank, self.cfg.sync.timeout_s)  # noqa: E731
+        ray.get([self.learners.rank0.init_weight_sync.remote(info(0))]
+                + [w.init_weight_transfer.remote(info(i + 1)) for i, w in enumerate(self.rollouts)])
+        self.plan = ray.get(self.learners.rank0.weight_plan.remote(int(self.cfg.sync.bucket_mb * 2**20)))
+        return {"tensors": self.plan.n_tensors, "bytes": self.plan.n_bytes, "buckets": len(self.plan.buckets)}
+
+    def sync(self, version: int) -> WeightVersion:
+        if self.plan is None:
+            raise RuntimeError("WeightBroadcaster.sync before setup()")
+        t0 = time.perf_counter()
+        ray.get([w.begin_weight_update.remote() for w in self.rollouts])
+        ray.get(self.learners.send_weights(self.plan) + [w.receive_weights.remote(self.plan) for w in self.rollouts])
+        ray.get([w.end_weight_update.remote(version) for w in self.rollouts])
+        done = WeightVersion(version, self.plan.n_tensors, self.plan.n_bytes, time.perf_counter() - t0)
+        self.history.append(done)
+        return done

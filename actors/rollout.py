@@ -1,0 +1,110 @@
+"""RolloutWorker: pulls prompt groups from the shared queue, generates, sends them to a reward actor,
+and hands the scored group's ref to the buffer. Generation and control run in separate concurrency
+groups, so pause / weight updates are served while generation is in flight."""
+
+from __future__ import annotations
+
+import time
+
+import ray
+from ray.util.queue import Empty, Queue
+
+from rayrl.config import Config
+from rayrl.data.template import PromptTemplate
+from rayrl.engines.registry import ROLLOUT_ENGINES, resolve
+from rayrl.metrics import RayCounters
+from rayrl.types import GenerationRequest, GroupMeta, Task, TrajectoryGroup
+
+
+@ray.remote(concurrency_groups={"gen": 4, "ctrl": 1})
+class RolloutWorker:
+    def __init__(self, index: int, cfg: Config, model_path: str, template: PromptTemplate, queue: Queue,
+                 buffer, rewards: list, num_threads: int) -> None:
+        self.index, self.cfg = index, cfg
+        self.template, self.queue, self.buffer, self.rewards = template, queue, buffer, rewards
+        self.engine = resolve(ROLLOUT_ENGINES, cfg.model.backend, "model.backend")(model_path, cfg, num_threads)
+        self.stopped = False
+        self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0}
+        self.metrics = RayCounters(f"rollout-{index}", {
+            "rollout_samples_total": "samples generated", "rollout_tokens_total": "completion tokens",
+            "rollout_errors_total": "failed generation calls"})
+
+    # ---- generation ---------------------------------------------------------------------
+    @ray.method(concurrency_group="gen")
+    async def generate_groups(self, tasks: list[Task], n: int, temperature: float) -> list[TrajectoryGroup]:
+        """n samples per task, unscored, one engine call."""
+        requests = [GenerationRequest(t.id, self.template.encode(t), n, self.cfg.rollout.max_new_tokens,
+                                      temperature) for t in tasks]
+        t0 = time.perf_counter()
+        samples = await self.engine.generate(requests)
+        self.totals["gen_s"] += time.perf_counter() - t0
+        by_id: dict[str, list] = {t.id: [] for t in tasks}
+        for s in samples:
+            by_id[s.request_id].append(s)
+        n_tokens = sum(len(s.completion_ids) for s in samples)
+        self.totals["samples"] += len(samples)
+        self.totals["tokens"] += n_tokens
+        self.metrics.inc("rollout_samples_total", len(samples))
+        self.metrics.inc("rollout_tokens_total", n_tokens)
+        return [TrajectoryGroup(t, by_id[t.id]) for t in tasks]
+
+    @ray.method(concurrency_group="gen")
+    async def run(self) -> dict:
+        """The continuous loop: admit -> pull prompts -> generate -> reward -> buffer, until stopped."""
+        r = self.cfg.rollout
+        while not self.stopped:
+            granted = await self.buffer.admit.remote(r.groups_per_call)
+            if granted == 0:
+                break
+            tasks = await self._pull(granted)
+            if len(tasks) < granted:
+                await self.buffer.release.remote(granted - len(tasks))
+            if not tasks:
+                continue
+            try:
+                groups = await self.generate_groups(tasks, r.group_size, r.temperature)
+            except Exception:
+                self.totals["errors"] += 1
+                self.metrics.inc("rollout_errors_total")
+                await self.buffer.release.remote(len(tasks))
+                raise
+            for g in groups:
+                reward = self.rewards[self.totals["groups"] % len(self.rewards)]
+                scored = reward.score.remote(g)
+                await self.buffer.put.remote([scored], GroupMeta(g.task.id, g.min_version, len(g.samples)))
+                self.totals["groups"] += 1
+        return dict(self.totals)
+
+    async def _pull(self, n: int) -> list[Task]:
+        tasks = []
+        for _ in range(n):
+            try:
+                tasks.append(await self.queue.get_async(timeout=self.cfg.rollout.queue_poll_s))
+            except Empty:
+                break
+        return tasks
+
+    # ---- control ------------------------------------------------------------------------
+    @ray.method(concurrency_group="ctrl")
+    def stop(self) -> None:
+        self.stopped = True
+
+    @ray.method(concurrency_group="ctrl")
+    def stats(self) -> dict:
+        return {**self.totals, "version": self.engine.version}
+
+    @ray.method(concurrency_group="ctrl")
+    def init_weight_transfer(self, group_info) -> None:
+        self.engine.init_weight_transfer(group_info)
+
+    @ray.method(concurrency_group="ctrl")
+    def begin_weight_update(self) -> None:
+        self.engine.begin_weight_update()
+
+    @ray.method(concurrency_group="ctrl")
+    def receive_weights(self, meta) -> None:
+        self.engine.receive_weights(meta)
+
+    @ray.method(concurrency_group="ctrl")
+    def end_weight_update(self, version: int) -> None:
+        self.engine.end_weight_update(version)

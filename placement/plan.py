@@ -1,0 +1,71 @@
+"""Turn the config into one placement group with a bundle per compute role instance.
+
+split:    one bundle per rollout worker and per learner rank, plus one service bundle.
+colocate: rollout worker i and learner rank i share bundle i (each takes half of it).
+The service bundle holds the reward actors, buffer and broadcaster.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from rayrl.config import Config
+
+
+class PlacementPlan:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        r, l, p = cfg.rollout, cfg.learner, cfg.placement
+        self.slots: dict[str, list[int]] = {}
+        self.share: dict[str, float] = {}
+        if p.mode == "split":
+            self.bundles = [{"CPU": r.cpus_per_worker}] * r.num_workers + [{"CPU": l.cpus_per_worker}] * l.num_workers
+            self.slots["rollout"] = list(range(r.num_workers))
+            self.slots["learner"] = list(range(r.num_workers, r.num_workers + l.num_workers))
+            self.share = {"rollout": r.cpus_per_worker, "learner": l.cpus_per_worker}
+        else:
+            if r.num_workers != l.num_workers:
+                raise ValueError(f"placement.mode=colocate needs rollout.num_workers == learner.num_workers, "
+                                 f"got {r.num_workers} and {l.num_workers}")
+            cpus = r.cpus_per_worker + l.cpus_per_worker
+            self.bundles = [{"CPU": cpus}] * r.num_workers
+            self.slots["rollout"] = self.slots["learner"] = list(range(r.num_workers))
+            self.share = {"rollout": r.cpus_per_worker, "learner": l.cpus_per_worker}
+        self.slots["service"] = [len(self.bundles)]
+        self.bundles = [dict(b) for b in self.bundles] + [{"CPU": p.service_cpus}]
+        self.share["service"] = 0.0
+        self.group = None
+
+    @property
+    def total_cpus(self) -> int:
+        return math.ceil(sum(b["CPU"] for b in self.bundles))
+
+    def create(self, timeout_s: float = 60.0) -> None:
+        self.group = placement_group(self.bundles, strategy=self.cfg.placement.strategy, name="rayrl")
+        ready, _ = ray.wait([self.group.ready()], timeout=timeout_s)
+        if not ready:
+            remove_placement_group(self.group)
+            raise RuntimeError(f"placement group {self.bundles} could not be placed within {timeout_s}s; "
+                               f"cluster has {ray.available_resources()}. Lower rollout/learner "
+                               "num_workers or cpus_per_worker")
+
+    def actor_options(self, role: str, index: int = 0) -> dict:
+        slots = self.slots[role]
+        return {
+            "num_cpus": self.share[role],
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                self.group, placement_group_bundle_index=slots[index % len(slots)]),
+        }
+
+    def threads(self, role: str) -> int:
+        """Torch threads for an actor of this role: its CPU share, at least one."""
+        return max(1, int(self.share[role]))
+
+    def remove(self) -> None:
+        if self.group is not None:
+            remove_placement_group(self.group)
+            self.group = None

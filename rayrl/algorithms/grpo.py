@@ -1,0 +1,68 @@
+"""GRPO with decoupled PPO: group-normalised advantages, clipping against the proximal policy,
+importance weights from the behaviour policy, optional k3 KL to a frozen reference."""
+
+from __future__ import annotations
+
+import torch
+
+from rayrl.config import AlgorithmConfig
+
+
+def group_advantages(rewards: torch.Tensor, group_index: torch.Tensor, std_normalize: bool,
+                     eps: float) -> torch.Tensor:
+    """(r - mean of its group) / (std of its group + eps); population std, as in GRPO."""
+    n_groups = int(group_index.max()) + 1
+    count = torch.zeros(n_groups).index_add_(0, group_index, torch.ones_like(rewards))
+    mean = torch.zeros(n_groups).index_add_(0, group_index, rewards) / count
+    centred = rewards - mean[group_index]
+    if not std_normalize:
+        return centred
+    var = torch.zeros(n_groups).index_add_(0, group_index, centred**2) / count
+    return centred / (var.sqrt()[group_index] + eps)
+
+
+def token_mean(values: torch.Tensor, mask: torch.Tensor, denom: float | None = None) -> torch.Tensor:
+    """Token-level aggregation: sum over every masked token / number of tokens (or denom)."""
+    total = mask.sum() if denom is None else torch.tensor(float(denom))
+    return (values * mask).sum() / total.clamp(min=1.0)
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(policy || reference), per token, always >= 0."""
+    log_ratio = ref_logp - logp
+    return log_ratio.exp() - log_ratio - 1.0
+
+
+def grpo_loss(logp: torch.Tensor, behav_logp: torch.Tensor, prox_logp: torch.Tensor,
+              advantages: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmConfig,
+              ref_logp: torch.Tensor | None = None, denom: float | None = None
+              ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token tensors [B, T]; advantages [B]. Returns (loss, stats).
+
+    With off_policy_correction the PPO ratio is taken against the proximal policy and each token
+    is weighted by exp(prox - behav); tokens whose weight exceeds behav_imp_weight_cap are
+    dropped from the loss. Without it, the behaviour policy is the PPO 'old' policy.
+    """
+    adv = advantages.unsqueeze(1).expand_as(logp)
+    old = prox_logp if cfg.off_policy_correction else behav_logp
+    ratio = torch.exp(logp - old)
+    clipped = torch.clamp(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+    per_token = torch.maximum(-adv * ratio, -adv * clipped)
+    mask = mask.float()
+    behav_w = torch.ones_like(logp)
+    if cfg.off_policy_correction:
+        behav_w = torch.exp(prox_logp - behav_logp).detach()
+        mask = mask * (behav_w <= cfg.behav_imp_weight_cap).float()
+        per_token = per_token * behav_w
+    stats = {}
+    if cfg.beta > 0:
+        if ref_logp is None:
+            raise ValueError("algorithm.beta > 0 needs reference log-probs")
+        kl = kl_k3(logp, ref_logp)
+        per_token = per_token + cfg.beta * kl
+        stats["kl"] = token_mean(kl.detach(), mask).item()
+    loss = token_mean(per_token, mask, denom)
+    with torch.no_grad():
+        stats["clip_frac"] = token_mean(((ratio - clipped).abs() > 0).float(), mask).item()
+        stats["behav_weight_mean"] = token_mean(behav_w, mask).item()
+    return loss, stats

@@ -1,0 +1,53 @@
+"""Trajectory groups -> padded Batch tensors, and token log-probs under a model."""
+
+from __future__ import annotations
+
+import torch
+
+from rayrl.types import Batch, TrajectoryGroup
+
+
+def collate(groups: list[TrajectoryGroup], pad_id: int) -> Batch:
+    """One right-padded row per sample; per-token tensors are aligned to the token they score."""
+    rows = [(g, s) for g in groups for s in g.samples]
+    width = max(len(s.prompt_ids) + len(s.completion_ids) for _, s in rows)
+    shape = (len(rows), width)
+    ids = torch.full(shape, pad_id, dtype=torch.long)
+    attn = torch.zeros(shape, dtype=torch.long)
+    loss_mask = torch.zeros(shape)
+    behav = torch.zeros(shape)
+    versions = torch.zeros(shape, dtype=torch.long)
+    group_index = torch.zeros(len(rows), dtype=torch.long)
+    gid = {id(g): i for i, g in enumerate(groups)}
+    for b, (g, s) in enumerate(rows):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        ids[b, : p + c] = torch.tensor(s.prompt_ids + s.completion_ids)
+        attn[b, : p + c] = 1
+        loss_mask[b, p: p + c] = 1.0
+        behav[b, p: p + c] = torch.tensor(s.logprobs)
+        versions[b, p: p + c] = torch.tensor(s.versions)
+        group_index[b] = gid[id(g)]
+    rewards = torch.tensor([s.reward for _, s in rows], dtype=torch.float32)
+    return Batch(ids, attn, loss_mask, behav, versions, rewards, group_index)
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   temperature: float) -> torch.Tensor:
+    """[B, T]: entry t is log p(token t | tokens < t) at the sampling temperature; entry 0 is 0."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    logp = torch.log_softmax(logits / temperature, -1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.cat([torch.zeros_like(logp[:, :1]), logp], 1)
+
+
+def batch_stats(batch: Batch, learner_version: int) -> dict[str, float]:
+    """Reward, accuracy (share of samples with reward >= 1) and staleness of a batch, before training."""
+    mask = batch.loss_mask > 0
+    stale = (learner_version - batch.versions[mask]).float()
+    return {
+        "reward_mean": batch.rewards.mean().item(),
+        "accuracy": (batch.rewards >= 1.0).float().mean().item(),
+        "samples": int(batch.rewards.numel()),
+        "tokens": int(mask.sum()),
+        "staleness_mean": stale.mean().item() if stale.numel() else 0.0,
+        "staleness_max": stale.max().item() if stale.numel() else 0.0,
+    }

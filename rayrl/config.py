@@ -1,0 +1,226 @@
+"""The whole run's configuration: pydantic models, YAML + dotted overrides, every default.
+
+Nothing else in rayrl holds a default value; call sites read them from here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A bad key or value in the run configuration; the message names it."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ClusterConfig(_Section):
+    n_nodes: int = Field(1, ge=1)
+    n_gpus_per_node: int = Field(0, ge=0)
+
+
+class SchedulerConfig(_Section):
+    type: Literal["local", "ray"] = "local"  # local: a private Ray cluster; ray: join an existing one
+    address: str = "auto"  # used when type == "ray"
+    include_dashboard: bool = False
+    dashboard_host: str = "127.0.0.1"
+
+
+class ModelBuildConfig(_Section):
+    """A small Qwen2-architecture model built offline, then warmed up on the task."""
+
+    hidden_size: int = Field(128, ge=16)
+    num_layers: int = Field(2, ge=1)
+    num_heads: int = Field(2, ge=1)
+    num_kv_heads: int = Field(1, ge=1)
+    head_dim: int = Field(64, ge=8)  # vLLM's CPU attention needs 64
+    intermediate_size: int = Field(384, ge=16)
+    warmup_steps: int = Field(200, ge=0)
+    warmup_batch_size: int = Field(64, ge=1)
+    warmup_lr: float = Field(2e-4, gt=0)
+    seed: int = 0
+
+
+class ModelConfig(_Section):
+    path: str | None = None  # a local Hugging Face directory; None builds one from `build`
+    backend: Literal["hf"] = "hf"
+    build: ModelBuildConfig = ModelBuildConfig()
+    cache_dir: str = "~/.cache/rayrl/models"
+
+
+class RolloutConfig(_Section):
+    num_workers: int = Field(1, ge=1)
+    cpus_per_worker: float = Field(1.0, gt=0)
+    batch_size: int = Field(32, ge=1)  # prompts per training step; each yields group_size samples
+    group_size: int = Field(8, ge=1)
+    max_new_tokens: int = Field(6, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    max_staleness: int = Field(1, ge=0)  # η; 0 is synchronous RL
+    groups_per_call: int = Field(4, ge=1)  # prompt groups one engine call batches together
+    queue_poll_s: float = Field(0.5, gt=0)
+
+
+class RewardConfig(_Section):
+    fn: str = "rayrl.rewards.arithmetic:exact_match"
+    num_actors: int = Field(1, ge=1)
+    timeout_s: float = Field(5.0, gt=0)
+    max_threads: int = Field(4, ge=1)
+
+
+class LearnerConfig(_Section):
+    backend: Literal["torch"] = "torch"
+    num_workers: int = Field(1, ge=1)
+    cpus_per_worker: float = Field(1.0, gt=0)
+    total_steps: int = Field(300, ge=1)
+    lr: float = Field(2e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    minibatches: int = Field(1, ge=1)  # optimizer steps per training batch
+    seed: int = 0
+
+
+class AlgorithmConfig(_Section):
+    type: Literal["grpo"] = "grpo"
+    beta: float = Field(0.0, ge=0)  # KL to the frozen reference; 0 skips the reference model
+    clip_eps: float = Field(0.2, gt=0)
+    off_policy_correction: bool = True  # decoupled PPO: behaviour / proximal / current policies
+    behav_imp_weight_cap: float = Field(5.0, gt=0)
+    std_normalize: bool = True
+    eps: float = Field(1e-6, gt=0)
+
+
+class SyncConfig(_Section):
+    transport: Literal["gloo"] = "gloo"
+    bucket_mb: float = Field(32.0, gt=0)
+    timeout_s: float = Field(120.0, gt=0)
+
+
+class PlacementConfig(_Section):
+    mode: Literal["split", "colocate"] = "split"
+    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    service_cpus: float = Field(0.5, gt=0)  # one bundle shared by the reward actors, buffer, broadcaster
+
+
+class DataConfig(_Section):
+    task: Literal["arithmetic"] = "arithmetic"
+    ops: list[Literal["+", "-", "*"]] = ["+"]
+    min_operand: int = 0
+    max_operand: int = 49
+    eval_size: int = Field(200, ge=1)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _range(self) -> "DataConfig":
+        if self.max_operand < self.min_operand:
+            raise ValueError(f"max_operand ({self.max_operand}) must be >= min_operand ({self.min_operand})")
+        return self
+
+
+class CheckpointConfig(_Section):
+    save_final: bool = True  # HF export of the trained policy into the run directory
+
+
+class MetricsConfig(_Section):
+    run_dir: str = "runs"
+    run_name: str | None = None
+    progress: bool = True
+    wandb: bool = False
+    wandb_project: str = "rayrl"
+
+
+class Config(_Section):
+    cluster: ClusterConfig = ClusterConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    model: ModelConfig = ModelConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    reward: RewardConfig = RewardConfig()
+    learner: LearnerConfig = LearnerConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    sync: SyncConfig = SyncConfig()
+    placement: PlacementConfig = PlacementConfig()
+    data: DataConfig = DataConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    metrics: MetricsConfig = MetricsConfig()
+
+
+def _known_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys.extend(_known_keys(ann, f"{prefix}{name}."))
+        else:
+            keys.append(f"{prefix}{name}")
+    return keys
+
+
+def _explain(err: ValidationError) -> str:
+    known = _known_keys(Config)
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            lines.append(f"unknown config key '{key}'{hint}")
+        else:
+            lines.append(f"bad value for '{key}': {e['msg']} (got {e.get('input')!r})")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def _set_dotted(tree: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for p in parts[:-1]:
+        child = node.setdefault(p, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set '{key}': '{p}' is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> dict:
+    """Turn ["rollout.batch_size=32", ...] into a nested dict; values are parsed as YAML."""
+    tree: dict = {}
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ConfigError(f"override '{item}' is not of the form key.path=value")
+        key, raw = item.split("=", 1)
+        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw else "")
+    return tree
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
+    """Read a YAML file (optional), apply dotted overrides, validate; raise ConfigError naming the key."""
+    tree: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file '{path}' does not exist")
+        tree = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(tree, dict):
+            raise ConfigError(f"config file '{path}' must hold a mapping of sections, got {type(tree).__name__}")
+    tree = _merge(tree, parse_overrides(overrides or []))
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_explain(err)) from None
+
+
+def save_config(cfg: Config, path: str | os.PathLike) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))

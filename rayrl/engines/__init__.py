@@ -1,0 +1,1 @@
+"""Backends behind small Protocols, chosen by config string. Engines never import Ray."""

@@ -1,0 +1,153 @@
+"""Pure-torch rollout engine over a transformers causal LM: batched sampling with a KV cache.
+
+Generation can be paused between tokens, so a weight update lands mid-generation and each
+token records the policy version that produced it (interruptible generation, CPU edition).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import torch
+
+from rayrl.config import Config
+from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
+from rayrl.models.builder import load_policy
+from rayrl.types import GenerationRequest, Sample
+
+
+class _PauseGate:
+    """Lets decode loops park at token boundaries while weights change."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._paused = False
+        self._active = 0
+
+    def enter(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._paused)
+            self._active += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._active -= 1
+            self._cond.notify_all()
+
+    def checkpoint(self) -> None:
+        if self._paused:
+            self.leave()
+            self.enter()
+
+    def pause(self) -> None:
+        with self._cond:
+            self._paused = True
+            self._cond.wait_for(lambda: self._active == 0)
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+
+class HFRolloutEngine:
+    def __init__(self, model_path: str, cfg: Config, num_threads: int = 1) -> None:
+        torch.set_num_threads(max(1, num_threads))
+        self.model, self.tokenizer = load_policy(model_path)
+        self.model.eval()
+        self.cfg = cfg
+        self.version = 0
+        self._gate = _PauseGate()
+        self._transport = None
+
+    # ---- generation -------------------------------------------------------------------
+    async def generate(self, requests: list[GenerationRequest]) -> list[Sample]:
+        return await asyncio.to_thread(self.generate_blocking, requests)
+
+    def generate_blocking(self, requests: list[GenerationRequest]) -> list[Sample]:
+        self._gate.enter()
+        try:
+            with torch.no_grad():
+                return self._decode(requests)
+        finally:
+            self._gate.leave()
+
+    def _decode(self, requests: list[GenerationRequest]) -> list[Sample]:
+        rows = [(r, i) for r in requests for i in range(r.n)]
+        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
+        width = max(len(r.prompt_ids) for r, _ in rows)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for b, (r, _) in enumerate(rows):
+            ids[b, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
+            mask[b, width - len(r.prompt_ids):] = 1
+        temps = torch.tensor([r.temperature for r, _ in rows]).unsqueeze(1)
+        greedy = temps.squeeze(1) == 0
+        max_new = max(r.max_new_tokens for r, _ in rows)
+        limits = torch.tensor([r.max_new_tokens for r, _ in rows])
+
+        out_tokens, out_logp, out_ver = [], [], []
+        done = torch.zeros(len(rows), dtype=torch.bool)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        step_out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        for t in range(max_new):
+            logits = step_out.logits[:, -1].float()
+            logp = torch.log_softmax(logits / torch.where(greedy, 1.0, temps.squeeze(1)).unsqueeze(1), -1)
+            sampled = torch.multinomial(logp.exp(), 1).squeeze(1)
+            tok = torch.where(greedy, logits.argmax(-1), sampled)
+            tok = torch.where(done, torch.full_like(tok, pad), tok)
+            out_tokens.append(tok)
+            out_logp.append(logp.gather(1, tok.unsqueeze(1)).squeeze(1))
+            out_ver.append(self.version)
+            done |= (tok == eos) | (t + 1 >= limits)
+            if bool(done.all()):
+                break
+            self._gate.checkpoint()  # a weight update may happen here; later tokens get the new version
+            mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=mask.dtype)], 1)
+            step_out = self.model(input_ids=tok.unsqueeze(1), attention_mask=mask,
+                                  position_ids=mask.sum(-1, keepdim=True) - 1,
+                                  past_key_values=step_out.past_key_values, use_cache=True)
+        return self._to_samples(rows, torch.stack(out_tokens, 1), torch.stack(out_logp, 1), out_ver, eos)
+
+    def _to_samples(self, rows, tokens, logps, versions, eos) -> list[Sample]:
+        samples = []
+        for b, (r, _) in enumerate(rows):
+            toks = tokens[b].tolist()
+            n = toks.index(eos) + 1 if eos in toks else min(len(toks), r.max_new_tokens)
+            comp = toks[:n]
+            samples.append(Sample(
+                request_id=r.request_id, prompt_ids=list(r.prompt_ids), completion_ids=comp,
+                logprobs=logps[b, :n].tolist(), versions=versions[:n],
+                finish_reason="stop" if comp and comp[-1] == eos else "length",
+                text=self.tokenizer.decode(comp, skip_special_tokens=True),
+            ))
+        return samples
+
+    # ---- control ----------------------------------------------------------------------
+    def pause(self) -> None:
+        self._gate.pause()
+
+    def resume(self) -> None:
+        self._gate.resume()
+
+    def init_weight_transfer(self, group_info) -> None:
+        self._transport = resolve(WEIGHT_TRANSPORTS, self.cfg.sync.transport, "sync.transport")()
+        self._transport.init(group_info)
+
+    def begin_weight_update(self) -> None:
+        self.pause()
+
+    def receive_weights(self, meta) -> None:
+        if self._transport is None:
+            raise RuntimeError("receive_weights before init_weight_transfer")
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, tensor in self._transport.receive(meta):
+                if name not in params:
+                    raise KeyError(f"weight '{name}' from the learner is not a parameter of the rollout model")
+                params[name].copy_(tensor)
+
+    def end_weight_update(self, version: int) -> None:
+        self.version = version
+        self.resume()

@@ -1,0 +1,79 @@
+"""The WeightTransport protocol and the bucket plan both ends agree on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+import msgspec
+import torch
+
+
+class GroupInfo(msgspec.Struct, frozen=True):
+    """Rendezvous of one weight-sync group: learner rank 0 is rank 0 and hosts the store."""
+
+    master_addr: str
+    master_port: int
+    world_size: int
+    rank: int
+    timeout_s: float
+
+
+class TensorSpec(msgspec.Struct, frozen=True):
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # e.g. "float32"
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
+
+
+class BucketPlan(msgspec.Struct, frozen=True):
+    """Tensors in send order, cut into buckets of at most bucket_bytes (one tensor may exceed it)."""
+
+    buckets: list[list[TensorSpec]]
+
+    @property
+    def n_bytes(self) -> int:
+        return sum(s.nbytes for b in self.buckets for s in b)
+
+    @property
+    def n_tensors(self) -> int:
+        return sum(len(b) for b in self.buckets)
+
+
+def plan_buckets(specs: Iterable[TensorSpec], bucket_bytes: int) -> BucketPlan:
+    buckets: list[list[TensorSpec]] = [[]]
+    size = 0
+    for spec in specs:
+        if buckets[-1] and size + spec.nbytes > bucket_bytes:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(spec)
+        size += spec.nbytes
+    return BucketPlan([b for b in buckets if b])
+
+
+def pack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Concatenate tensors' bytes into one flat uint8 buffer."""
+    return torch.cat([t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors])
+
+
+def unpack(buffer: torch.Tensor, specs: list[TensorSpec]) -> Iterator[tuple[str, torch.Tensor]]:
+    offset = 0
+    for s in specs:
+        n = s.nbytes
+        yield s.name, buffer[offset: offset + n].view(getattr(torch, s.dtype)).view(s.shape)
+        offset += n
+
+
+class WeightTransport(Protocol):
+    def init(self, group_info: GroupInfo) -> None: ...
+
+    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], plan: BucketPlan) -> None: ...
+
+    def receive(self, plan: BucketPlan) -> Iterator[tuple[str, torch.Tensor]]: ...

@@ -1,0 +1,51 @@
+"""CPU weight transport: a gloo process group of its own (TCPStore rendezvous), apart from any
+default process group the learner uses, broadcasting one packed bucket at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from rayrl.engines.transport.base import BucketPlan, GroupInfo, pack, unpack
+
+
+class GlooTransport:
+    def __init__(self) -> None:
+        self._pg = None
+        self._store = None
+
+    def init(self, group_info: GroupInfo) -> None:
+        timeout = timedelta(seconds=group_info.timeout_s)
+        self._store = dist.TCPStore(
+            group_info.master_addr, group_info.master_port, group_info.world_size,
+            is_master=group_info.rank == 0, timeout=timeout,
+        )
+        prefixed = dist.PrefixStore("rayrl-weight-sync", self._store)
+        self._pg = dist.ProcessGroupGloo(prefixed, group_info.rank, group_info.world_size, timeout)
+
+    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], plan: BucketPlan) -> None:
+        """Consume tensors in plan order; broadcast each bucket as soon as it is full."""
+        it = iter(named_tensors)
+        for bucket in plan.buckets:
+            tensors = []
+            for spec in bucket:
+                name, t = next(it)
+                if name != spec.name or tuple(t.shape) != spec.shape:
+                    raise ValueError(f"weight order changed: expected {spec.name}{spec.shape}, "
+                                     f"got {name}{tuple(t.shape)}")
+                tensors.append(t)
+            self._broadcast(pack(tensors))
+
+    def receive(self, plan: BucketPlan) -> Iterator[tuple[str, torch.Tensor]]:
+        for bucket in plan.buckets:
+            buffer = torch.empty(sum(s.nbytes for s in bucket), dtype=torch.uint8)
+            self._broadcast(buffer)
+            yield from unpack(buffer, bucket)
+
+    def _broadcast(self, buffer: torch.Tensor) -> None:
+        if self._pg is None:
+            raise RuntimeError("weight transport used before init()")
+        self._pg.broadcast(buffer, 0).wait()

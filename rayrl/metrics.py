@@ -1,0 +1,64 @@
+"""Run metrics: Prometheus counters through ray.util.metrics, a JSONL file, a progress bar, wandb."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+
+class RayCounters:
+    """Named ray.util.metrics counters tagged with the actor's role (scraped by Ray's metrics agent)."""
+
+    def __init__(self, role: str, names: dict[str, str]) -> None:
+        from ray.util.metrics import Counter
+
+        self._counters = {
+            n: Counter(f"rayrl_{n}", description=d, tag_keys=("role",)).set_default_tags({"role": role})
+            for n, d in names.items()
+        }
+
+    def inc(self, name: str, value: float = 1.0) -> None:
+        if value:
+            self._counters[name].inc(value)
+
+
+class RunLog:
+    """metrics.jsonl in the run directory, plus wandb when enabled."""
+
+    def __init__(self, run_dir: Path, wandb_project: str | None, config: dict) -> None:
+        self.file = (run_dir / "metrics.jsonl").open("a")
+        self.wandb = None
+        if wandb_project:
+            import wandb
+
+            self.wandb = wandb.init(project=wandb_project, dir=str(run_dir), config=config, mode="offline")
+
+    def write(self, record: dict) -> None:
+        self.file.write(json.dumps({"time": time.time(), **record}) + "\n")
+        self.file.flush()
+        if self.wandb is not None:
+            self.wandb.log(record, step=record.get("step"))
+
+    def close(self) -> None:
+        self.file.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+class Progress:
+    """One bar: step, reward, accuracy, samples/s, staleness; tqdm supplies the ETA."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.bar = tqdm(total=total, desc="rayrl", unit="step", disable=not enabled, dynamic_ncols=True)
+
+    def update(self, rec: dict) -> None:
+        self.bar.set_postfix(reward=f"{rec['reward_mean']:.3f}", acc=f"{rec['accuracy']:.3f}",
+                             sps=f"{rec['samples_per_s']:.0f}", stale=f"{rec['staleness_mean']:.2f}",
+                             refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()

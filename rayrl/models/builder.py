@@ -1,0 +1,78 @@
+"""Build a small Qwen2-architecture policy from the config, warm it up, cache it by config hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+from rayrl.config import Config
+from rayrl.data.arithmetic import split
+from rayrl.models.tokenizer import CHARS, build_char_tokenizer
+from rayrl.models.warmup import supervised_warmup
+
+
+def _build_hash(cfg: Config) -> str:
+    key = {
+        "build": cfg.model.build.model_dump(),
+        "data": cfg.data.model_dump(),
+        "chars": "".join(CHARS),
+        "transformers": transformers.__version__,
+        "torch": torch.__version__.split("+")[0],
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def qwen2_config(cfg: Config, vocab_size: int, tokenizer) -> Qwen2Config:
+    b = cfg.model.build
+    return Qwen2Config(
+        vocab_size=vocab_size, hidden_size=b.hidden_size, intermediate_size=b.intermediate_size,
+        num_hidden_layers=b.num_layers, num_attention_heads=b.num_heads, num_key_value_heads=b.num_kv_heads,
+        head_dim=b.head_dim, max_position_embeddings=256, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, torch_dtype="float32",
+    )
+
+
+def build_model(cfg: Config) -> Path:
+    """Return a local HF directory for the policy: model.path if given, else a cached built one."""
+    if cfg.model.path is not None:
+        path = Path(cfg.model.path).expanduser()
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"model.path '{cfg.model.path}' has no config.json; "
+                                    "give a local Hugging Face model directory or leave model.path unset")
+        return path
+    out = Path(cfg.model.cache_dir).expanduser() / f"qwen2-arith-{_build_hash(cfg)}"
+    if (out / "config.json").is_file():
+        return out
+    tokenizer = build_char_tokenizer()
+    torch.manual_seed(cfg.model.build.seed)
+    model = Qwen2ForCausalLM(qwen2_config(cfg, len(tokenizer), tokenizer))
+    train, _ = split(cfg.data)
+    supervised_warmup(model, tokenizer, train, cfg.model.build)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.replace(tmp, out)  # atomic: a concurrent builder of the same hash loses the race harmlessly
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+resolve_model_path = build_model
+
+
+def load_policy(path: str | os.PathLike):
+    """(model in fp32 with eager attention, tokenizer) from a local directory, offline."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model, tokenizer

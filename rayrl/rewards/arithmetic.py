@@ -1,0 +1,22 @@
+"""Exact-match reward for arithmetic: the completion must be an integer followed by EOS."""
+
+from __future__ import annotations
+
+import re
+
+from rayrl.rewards.registry import RewardResult
+from rayrl.types import Sample, Task
+
+_INTEGER = re.compile(r"-?\d+")
+
+
+def exact_match(sample: Sample, task: Task) -> RewardResult:
+    """1.0 for the right integer with a clean stop; 0.0 with a reason otherwise."""
+    if sample.finish_reason != "stop":
+        return RewardResult(0.0, f"no end of answer ({sample.finish_reason})")
+    text = sample.text.strip()
+    if not _INTEGER.fullmatch(text):
+        return RewardResult(0.0, "format: not an integer")
+    if int(text) != int(task.answer):
+        return RewardResult(0.0, "wrong answer")
+    return RewardResult(1.0, "correct")

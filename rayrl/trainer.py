@@ -1,0 +1,187 @@
+"""The driver-side loop every recipe uses: start Ray, place actors, overlap generation and training
+under bounded staleness, sync weights, evaluate before and after, write the run directory."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from datetime import datetime
+from pathlib import Path
+
+import ray
+import torch
+from ray.util.queue import Queue
+
+from rayrl.actors import LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
+from rayrl.config import Config, save_config
+from rayrl.data import PromptTemplate, endless, split
+from rayrl.metrics import Progress, RunLog
+from rayrl.models import build_model
+from rayrl.placement import PlacementPlan
+from rayrl.types import Task
+
+
+def start_ray(cfg: Config, num_cpus: int) -> bool:
+    """Start (local) or join (ray) a cluster unless one is already up; True if we started it."""
+    if ray.is_initialized():
+        return False
+    if cfg.scheduler.type == "local":
+        import os
+
+        ray.init(address="local", num_cpus=max(num_cpus, os.cpu_count() or 1),
+                 include_dashboard=cfg.scheduler.include_dashboard, dashboard_host=cfg.scheduler.dashboard_host)
+    else:
+        ray.init(address=cfg.scheduler.address)
+    return True
+
+
+class Trainer:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.train_tasks, self.eval_tasks = split(cfg.data)
+        name = cfg.metrics.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.run_dir = Path(cfg.metrics.run_dir) / name
+        self.actors: list = []
+
+    # ---- setup ------------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, self.run_dir / "config.yaml")
+        self.placement = PlacementPlan(cfg)
+        self.started_ray = start_ray(cfg, self.placement.total_cpus)
+        self.model_path = str(build_model(cfg))
+        self.placement.create()
+        from transformers import AutoTokenizer
+
+        template_ref = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(self.model_path)))  # once
+        service = self.placement.actor_options("service")
+        self.queue = Queue(actor_options={"num_cpus": 0, "name": "prompts"})
+        self.buffer = TrajectoryBuffer.options(name="buffer", **service).remote(
+            cfg.rollout.batch_size, cfg.rollout.max_staleness)
+        self.rewards = [RewardActor.options(name=f"reward-{i}", **service).remote(cfg)
+                        for i in range(cfg.reward.num_actors)]
+        self.rollouts = [
+            RolloutWorker.options(name=f"rollout-{i}", **self.placement.actor_options("rollout", i)).remote(
+                i, cfg, self.model_path, template_ref, self.queue, self.buffer, self.rewards,
+                self.placement.threads("rollout"))
+            for i in range(cfg.rollout.num_workers)
+        ]
+        self.learners = LearnerGroup(cfg, self.model_path, self.placement)
+        self.broadcaster = WeightBroadcaster.options(name="broadcaster", **service).remote(
+            cfg, self.learners, self.rollouts)
+        self.sync_info = ray.get(self.broadcaster.setup.remote())
+        self.actors = [self.buffer, *self.rewards, *self.rollouts, *self.learners.workers, self.broadcaster]
+        self.prompts = endless(self.train_tasks, cfg.data.seed)
+        self.queued = 0
+
+    # ---- pieces of a step --------------------------------------------------------------------
+    def feed(self, upto: int) -> None:
+        """Keep `upto` prompt groups queued ahead for the rollout workers to pull."""
+        n = upto - self.queued
+        if n > 0:
+            self.queue.put_nowait_batch([next(self.prompts) for _ in range(n)])
+            self.queued += n
+
+    def evaluate(self, tasks: list[Task]) -> float:
+        """Greedy accuracy on held-out tasks, spread over the rollout workers, scored by reward actors."""
+        k = len(self.rollouts)
+        gen = [w.generate_groups.remote(tasks[i::k], 1, 0.0) for i, w in enumerate(self.rollouts)]
+        groups = [g for part in ray.get(gen) for g in part]
+        scored = ray.get([self.rewards[i % len(self.rewards)].score.remote(g) for i, g in enumerate(groups)])
+        return sum(s.reward >= 1.0 for g in scored for s in g.samples) / max(1, len(scored))
+
+    def next_batch(self, run_refs: list) -> list:
+        """The buffer's next batch; a rollout loop that died meanwhile raises here instead of hanging."""
+        ref = self.buffer.get_batch.remote(self.cfg.rollout.batch_size)
+        while True:
+            ready, _ = ray.wait([ref, *run_refs], num_returns=1)
+            if ready[0] == ref:
+                return ray.get(ref)
+            ray.get(ready[0])  # raises the rollout worker's error
+            raise RuntimeError("a rollout worker's loop ended while training was still running")
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def run(self) -> dict:
+        cfg = self.cfg
+        t_start = time.perf_counter()
+        self.setup()
+        acc_before = self.evaluate(self.eval_tasks)
+        log = RunLog(self.run_dir, cfg.metrics.wandb_project if cfg.metrics.wandb else None,
+                     cfg.model_dump(mode="json"))
+        progress = Progress(cfg.learner.total_steps, cfg.metrics.progress)
+        B, eta = cfg.rollout.batch_size, cfg.rollout.max_staleness
+        self.feed((eta + 2) * B)
+        run_refs = [w.run.remote() for w in self.rollouts]
+        t_loop, samples, timings = time.perf_counter(), 0, {"wait_s": 0.0, "train_s": 0.0, "sync_s": 0.0}
+        for step in range(1, cfg.learner.total_steps + 1):
+            t0 = time.perf_counter()
+            items = self.next_batch(run_refs)
+            t1 = time.perf_counter()
+            stats = self.learners.train(items)
+            t2 = time.perf_counter()
+            synced = ray.get(self.broadcaster.sync.remote(stats["version"]))
+            ray.get(self.buffer.set_version.remote(stats["version"]))
+            t3 = time.perf_counter()
+            self.feed((eta + 2 + step) * B)
+            samples += stats["samples"]
+            timings["wait_s"] += t1 - t0
+            timings["train_s"] += t2 - t1
+            timings["sync_s"] += t3 - t2
+            rec = {"step": step, **stats, "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds,
+                   "step_s": t3 - t0, "samples_per_s": samples / (t3 - t_loop)}
+            log.write(rec)
+            progress.update(rec)
+        loop_s = time.perf_counter() - t_loop
+        progress.close()
+        unused = self.shutdown_rollouts(run_refs)
+        acc_after = self.evaluate(self.eval_tasks)
+        if cfg.checkpoint.save_final:
+            self.learners.save(str(self.run_dir / "final"))
+        summary = {
+            "eval_accuracy_before": acc_before, "eval_accuracy_after": acc_after,
+            "steps": cfg.learner.total_steps, "samples": samples, "wall_s": time.perf_counter() - t_start,
+            "loop_s": loop_s, "step_s_mean": loop_s / cfg.learner.total_steps,
+            **{f"{k}_per_step": v / cfg.learner.total_steps for k, v in timings.items()},
+            "generation_s_per_step": self.rollout_totals["gen_s"] / cfg.learner.total_steps
+            / max(1, len(self.rollouts)),
+            "unused_groups": unused, "reward_failures": self.reward_failures(),
+            "max_staleness": eta, "run_dir": str(self.run_dir), "model_path": self.model_path,
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        log.write({"summary": summary})
+        log.close()
+        return summary
+
+    def shutdown_rollouts(self, run_refs: list) -> int:
+        """Stop the loops, wake anything waiting on the buffer; returns finished-but-unused groups."""
+        ray.get([w.stop.remote() for w in self.rollouts])
+        unused = ray.get(self.buffer.close.remote())
+        totals = ray.get(run_refs)
+        self.rollout_totals = {k: sum(t[k] for t in totals) for k in totals[0]}
+        return unused
+
+    def reward_failures(self) -> dict[str, int]:
+        counts = ray.get([r.stats.remote() for r in self.rewards])
+        return {k: sum(c.get(k, 0) for c in counts) for k in ("error", "timeout")}
+
+    def close(self) -> None:
+        for a in self.actors:
+            ray.kill(a)
+        if getattr(self, "queue", None) is not None:
+            self.queue.shutdown()
+        if getattr(self, "placement", None) is not None:
+            self.placement.remove()
+        if getattr(self, "started_ray", False):
+            ray.shutdown()
+
+
+def train(cfg: Config) -> dict:
+    """Run one training job end to end and return its summary."""
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    trainer = Trainer(cfg)
+    try:
+        return trainer.run()
+    finally:
+        trainer.close()

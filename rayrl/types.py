@@ -1,0 +1,83 @@
+"""msgspec structs for everything that crosses an actor boundary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class Task(msgspec.Struct, frozen=True):
+    """One prompt with what the reward needs to judge it."""
+
+    id: str
+    prompt: str
+    answer: str
+
+
+class GenerationRequest(msgspec.Struct):
+    """n samples of one prompt; temperature 0 means greedy."""
+
+    request_id: str
+    prompt_ids: list[int]
+    n: int
+    max_new_tokens: int
+    temperature: float
+
+
+class Sample(msgspec.Struct):
+    """One completion: tokens, behaviour log-probs and, per token, the policy version that made it."""
+
+    request_id: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    finish_reason: str  # "stop" (EOS), "length", or "abort"
+    text: str = ""
+    reward: float = 0.0
+    reward_status: str = "pending"  # "ok", "error", "timeout"
+    reward_reason: str = ""
+
+
+class TrajectoryGroup(msgspec.Struct):
+    """The group_size samples of one task, scored together (GRPO's unit)."""
+
+    task: Task
+    samples: list[Sample]
+
+    @property
+    def min_version(self) -> int:
+        return min((v for s in self.samples for v in s.versions), default=0)
+
+
+class GroupMeta(msgspec.Struct, frozen=True):
+    """What the buffer knows of a group without fetching it: where it is and how old it is."""
+
+    task_id: str
+    version: int  # oldest policy version among its tokens
+    n_samples: int
+
+
+class Batch(msgspec.Struct):
+    """Padded training tensors built from trajectory groups (right-padded, one row per sample)."""
+
+    input_ids: Any  # [B, T] long
+    attention_mask: Any  # [B, T] long
+    loss_mask: Any  # [B, T] float: 1 on completion tokens (targets), shifted to target positions
+    behav_logprobs: Any  # [B, T] float, aligned with loss_mask
+    versions: Any  # [B, T] long, aligned with loss_mask
+    rewards: Any  # [B] float
+    group_index: Any  # [B] long: which group each row belongs to
+    advantages: Any = None  # [B] float, filled by the algorithm
+    prox_logprobs: Any = None
+    ref_logprobs: Any = None
+
+
+class WeightVersion(msgspec.Struct, frozen=True):
+    """One finished weight sync: which version, how much, how long."""
+
+    version: int
+    n_tensors: int
+    n_bytes: int
+    seconds: float

@@ -1,0 +1,1 @@
+"""The agent layer (Workflow protocol); filled in by the agent-workflow issue."""
