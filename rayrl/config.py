@@ -43,7 +43,7 @@ class ModelBuildConfig(_Section):
     num_kv_heads: int = Field(1, ge=1)
     head_dim: int = Field(64, ge=8)  # vLLM's CPU attention needs 64
     intermediate_size: int = Field(384, ge=16)
-    warmup_steps: int = Field(200, ge=0)
+    warmup_steps: int = Field(230, ge=0)
     warmup_batch_size: int = Field(64, ge=1)
     warmup_lr: float = Field(2e-4, gt=0)
     seed: int = 0
@@ -62,7 +62,7 @@ class RolloutConfig(_Section):
     batch_size: int = Field(32, ge=1)  # prompts per training step; each yields group_size samples
     group_size: int = Field(8, ge=1)
     max_new_tokens: int = Field(6, ge=1)
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(0.7, gt=0)
     max_staleness: int = Field(1, ge=0)  # η; 0 is synchronous RL
     groups_per_call: int = Field(4, ge=1)  # prompt groups one engine call batches together
     queue_poll_s: float = Field(0.5, gt=0)

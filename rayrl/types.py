@@ -23,6 +23,7 @@ class GenerationRequest(msgspec.Struct):
     n: int
     max_new_tokens: int
     temperature: float
+    ignore_eos: bool = False  # generate exactly max_new_tokens (benchmarks, interruption tests)
 
 
 class Sample(msgspec.Struct):

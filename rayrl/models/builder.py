@@ -53,10 +53,15 @@ def build_model(cfg: Config) -> Path:
     if (out / "config.json").is_file():
         return out
     tokenizer = build_char_tokenizer()
-    torch.manual_seed(cfg.model.build.seed)
-    model = Qwen2ForCausalLM(qwen2_config(cfg, len(tokenizer), tokenizer))
-    train, _ = split(cfg.data)
-    supervised_warmup(model, tokenizer, train, cfg.model.build)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: the same bits on every machine for the same config
+    try:
+        torch.manual_seed(cfg.model.build.seed)
+        model = Qwen2ForCausalLM(qwen2_config(cfg, len(tokenizer), tokenizer))
+        train, _ = split(cfg.data)
+        supervised_warmup(model, tokenizer, train, cfg.model.build)
+    finally:
+        torch.set_num_threads(threads)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))
     model.save_pretrained(tmp)

@@ -7,6 +7,7 @@ token records the policy version that produced it (interruptible generation, CPU
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 
 import torch
@@ -56,8 +57,11 @@ class HFRolloutEngine:
         torch.set_num_threads(max(1, num_threads))
         self.model, self.tokenizer = load_policy(model_path)
         self.model.eval()
+        # transformers >= 5.2x names the KV cache `cache`; older 5.x releases call it `past_key_values`
+        self._cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         self.cfg = cfg
         self.version = 0
+        self.decode_steps = 0  # tokens generated per row so far, summed over calls
         self._gate = _PauseGate()
         self._transport = None
 
@@ -86,6 +90,7 @@ class HFRolloutEngine:
         greedy = temps.squeeze(1) == 0
         max_new = max(r.max_new_tokens for r, _ in rows)
         limits = torch.tensor([r.max_new_tokens for r, _ in rows])
+        stops_at_eos = torch.tensor([not r.ignore_eos for r, _ in rows])
 
         out_tokens, out_logp, out_ver = [], [], []
         done = torch.zeros(len(rows), dtype=torch.bool)
@@ -100,26 +105,28 @@ class HFRolloutEngine:
             out_tokens.append(tok)
             out_logp.append(logp.gather(1, tok.unsqueeze(1)).squeeze(1))
             out_ver.append(self.version)
-            done |= (tok == eos) | (t + 1 >= limits)
+            done |= ((tok == eos) & stops_at_eos) | (t + 1 >= limits)
+            self.decode_steps += 1
             if bool(done.all()):
                 break
             self._gate.checkpoint()  # a weight update may happen here; later tokens get the new version
             mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=mask.dtype)], 1)
             step_out = self.model(input_ids=tok.unsqueeze(1), attention_mask=mask,
                                   position_ids=mask.sum(-1, keepdim=True) - 1,
-                                  past_key_values=step_out.past_key_values, use_cache=True)
+                                  use_cache=True, **{self._cache_kw: step_out[self._cache_kw]})
         return self._to_samples(rows, torch.stack(out_tokens, 1), torch.stack(out_logp, 1), out_ver, eos)
 
     def _to_samples(self, rows, tokens, logps, versions, eos) -> list[Sample]:
         samples = []
         for b, (r, _) in enumerate(rows):
             toks = tokens[b].tolist()
-            n = toks.index(eos) + 1 if eos in toks else min(len(toks), r.max_new_tokens)
+            stop = eos in toks and not r.ignore_eos
+            n = toks.index(eos) + 1 if stop else min(len(toks), r.max_new_tokens)
             comp = toks[:n]
             samples.append(Sample(
                 request_id=r.request_id, prompt_ids=list(r.prompt_ids), completion_ids=comp,
                 logprobs=logps[b, :n].tolist(), versions=versions[:n],
-                finish_reason="stop" if comp and comp[-1] == eos else "length",
+                finish_reason="stop" if stop else "length",
                 text=self.tokenizer.decode(comp, skip_special_tokens=True),
             ))
         return samples

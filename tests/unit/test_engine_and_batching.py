@@ -1,0 +1,88 @@
+"""The hf rollout engine against the learner's log-probs, and interruption between tokens (no Ray)."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from rayrl.batching import collate, token_logprobs
+from rayrl.data import PromptTemplate, split
+from rayrl.engines.rollout.hf import HFRolloutEngine
+from rayrl.engines.transport.base import TensorSpec, pack, plan_buckets, unpack
+from rayrl.models import build_model, load_policy
+from rayrl.types import GenerationRequest, TrajectoryGroup
+
+
+@pytest.fixture(scope="module")
+def setup(make_cfg):
+    cfg = make_cfg("model.build.warmup_steps=30")
+    path = str(build_model(cfg))
+    engine = HFRolloutEngine(path, cfg, num_threads=1)
+    train, _ = split(cfg.data)
+    return cfg, path, engine, PromptTemplate(engine.tokenizer), train
+
+
+def test_model_is_cached_and_offline(setup, make_cfg):
+    cfg, path, *_ = setup
+    assert str(build_model(make_cfg("model.build.warmup_steps=30"))) == path  # same hash, no rebuild
+    model, tok = load_policy(path)
+    assert model.config.head_dim == 64 and model.config.model_type == "qwen2"
+    assert tok.decode(tok.encode("12+7=", add_special_tokens=False)) == "12+7="
+
+
+def test_rollout_logprobs_equal_learner_logprobs(setup):
+    cfg, path, engine, template, train = setup
+    tasks = train[:6]
+    reqs = [GenerationRequest(t.id, template.encode(t), 3, 6, 1.0) for t in tasks]
+    samples = engine.generate_blocking(reqs)
+    assert len(samples) == 18 and all(len(s.logprobs) == len(s.completion_ids) >= 1 for s in samples)
+    groups = [TrajectoryGroup(t, samples[3 * i: 3 * i + 3]) for i, t in enumerate(tasks)]
+    batch = collate(groups, template.pad_id)
+    learner_model, _ = load_policy(path)
+    with torch.no_grad():
+        lp = token_logprobs(learner_model, batch.input_ids, batch.attention_mask, 1.0)
+    diff = ((lp - batch.behav_logprobs) * batch.loss_mask).abs().max().item()
+    assert diff <= 1e-5
+    assert batch.loss_mask.sum().item() == sum(len(s.completion_ids) for s in samples)
+
+
+def test_greedy_is_deterministic(setup):
+    _, _, engine, template, train = setup
+    reqs = [GenerationRequest(t.id, template.encode(t), 1, 6, 0.0) for t in train[:8]]
+    a = [s.completion_ids for s in engine.generate_blocking(reqs)]
+    b = [s.completion_ids for s in engine.generate_blocking(reqs)]
+    assert a == b
+
+
+def test_pause_mid_generation_tags_two_versions(setup):
+    _, _, engine, template, train = setup
+    req = GenerationRequest("long", template.encode(train[0]), 1, 120, 1.0, ignore_eos=True)
+    result = {}
+    start = engine.decode_steps
+    worker = threading.Thread(target=lambda: result.update(s=engine.generate_blocking([req])[0]))
+    worker.start()
+    while engine.decode_steps < start + 5:
+        time.sleep(0.001)
+    engine.begin_weight_update()  # returns once the decode loop is parked at a token boundary
+    parked_at = engine.decode_steps
+    time.sleep(0.05)
+    assert engine.decode_steps == parked_at  # nothing generated while paused
+    engine.end_weight_update(engine.version + 1)
+    worker.join(timeout=60)
+    versions = result["s"].versions
+    assert len(versions) == 120 and result["s"].finish_reason == "length"
+    assert versions[0] == engine.version - 1 and versions[-1] == engine.version
+    assert versions == sorted(versions)
+
+
+def test_bucket_plan_pack_roundtrip():
+    tensors = {"a": torch.randn(3, 4), "b": torch.arange(5, dtype=torch.int64), "c": torch.randn(100)}
+    specs = [TensorSpec(n, tuple(t.shape), str(t.dtype).removeprefix("torch.")) for n, t in tensors.items()]
+    plan = plan_buckets(specs, bucket_bytes=100)
+    assert [[s.name for s in b] for b in plan.buckets] == [["a", "b"], ["c"]]
+    assert plan.n_bytes == 48 + 40 + 400
+    for bucket in plan.buckets:
+        buf = pack([tensors[s.name] for s in bucket])
+        for name, t in unpack(buf, bucket):
+            assert torch.equal(t, tensors[name])

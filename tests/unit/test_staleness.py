@@ -1,0 +1,38 @@
+import pytest
+
+from rayrl.staleness import StalenessManager
+
+
+def test_synchronous_when_eta_is_zero():
+    m = StalenessManager(batch_size=4, max_staleness=0)
+    assert m.try_admit(10) == 4  # (0 + 0 + 1) * 4
+    assert m.try_admit(1) == 0
+    for _ in range(4):
+        m.on_accept()
+    assert m.capacity() == 0  # a finished batch does not open the next one; a new version does
+    m.set_version(1)
+    assert m.capacity() == 4
+
+
+def test_eta_bounds_how_far_ahead_rollouts_run():
+    m = StalenessManager(batch_size=4, max_staleness=2)
+    assert m.try_admit(100) == 12  # (2 + 0 + 1) * 4
+    m.on_accept()
+    assert m.capacity() == 0  # accepted + running still 12
+    m.set_version(1)
+    assert m.capacity() == 4
+
+
+def test_reject_frees_a_slot_and_misuse_raises():
+    m = StalenessManager(batch_size=2, max_staleness=0)
+    assert m.try_admit(2) == 2
+    m.on_reject()
+    assert m.capacity() == 1 and m.accepted == 0
+    m.on_reject()
+    with pytest.raises(RuntimeError):
+        m.on_reject()
+    m.set_version(3)
+    with pytest.raises(ValueError, match="went back"):
+        m.set_version(2)
+    with pytest.raises(ValueError):
+        StalenessManager(batch_size=0, max_staleness=0)
