@@ -17,8 +17,8 @@ from rayrl.config import Config
 
 
 class PlacementPlan:
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: Config, name: str = "rayrl") -> None:
+        self.cfg, self.name = cfg, name
         r, l, p = cfg.rollout, cfg.learner, cfg.placement
         self.slots: dict[str, list[int]] = {}
         self.share: dict[str, float] = {}
@@ -45,7 +45,7 @@ class PlacementPlan:
         return math.ceil(sum(b["CPU"] for b in self.bundles))
 
     def create(self, timeout_s: float = 60.0) -> None:
-        self.group = placement_group(self.bundles, strategy=self.cfg.placement.strategy, name="rayrl")
+        self.group = placement_group(self.bundles, strategy=self.cfg.placement.strategy, name=self.name)
         ready, _ = ray.wait([self.group.ready()], timeout=timeout_s)
         if not ready:
             remove_placement_group(self.group)

@@ -30,7 +30,7 @@ class ClusterConfig(_Section):
 class SchedulerConfig(_Section):
     type: Literal["local", "ray"] = "local"  # local: a private Ray cluster; ray: join an existing one
     address: str = "auto"  # used when type == "ray"
-    include_dashboard: bool = False
+    include_dashboard: bool = True  # bound to dashboard_host; `ray list actors` needs it
     dashboard_host: str = "127.0.0.1"
 
 

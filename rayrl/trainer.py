@@ -49,7 +49,7 @@ class Trainer:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
-        self.placement = PlacementPlan(cfg)
+        self.placement = PlacementPlan(cfg, name=f"rayrl-{self.run_dir.name}")
         self.started_ray = start_ray(cfg, self.placement.total_cpus)
         self.model_path = str(build_model(cfg))
         self.placement.create()

@@ -1,0 +1,27 @@
+# make demo: create .venv, install everything, run the default recipe (CPU, ~5 min on 2 cores)
+# make test: install and run the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RUN_ENV := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 WANDB_MODE=offline
+
+.PHONY: install demo test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0   # first: the CPU wheel, before anything pulls a CUDA build
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(RUN_ENV) $(PY) recipes/arithmetic_grpo.py --config recipes/arithmetic_grpo.yaml
+
+test: install
+	$(RUN_ENV) $(PY) -m pytest -q tests
+
+bench: install
+	$(RUN_ENV) $(PY) benchmarks/async_vs_sync.py
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info
