@@ -21,7 +21,7 @@ test: install
 	$(RUN_ENV) $(PY) -m pytest -q tests
 
 bench: install
-	$(RUN_ENV) $(PY) benchmarks/async_vs_sync.py
+	$(RUN_ENV) $(PY) -m benchmarks.async_vs_sync
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info
