@@ -2,7 +2,7 @@
 # make test: install and run the test suite
 VENV ?= .venv
 PY := $(VENV)/bin/python
-RUN_ENV := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 WANDB_MODE=offline
+RUN_ENV := TORCH_EXTENSIONS_DIR=$(CURDIR)/.torch_ext HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 WANDB_MODE=offline
 
 .PHONY: install demo test bench clean
 

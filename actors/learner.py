@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import socket
+from datetime import timedelta
 
 import ray
+import torch
+import torch.distributed as dist
 
 from rayrl.batching import batch_stats, collate
 from rayrl.config import Config
@@ -13,13 +17,40 @@ from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan
 from rayrl.types import GroupMeta, TrajectoryGroup
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+@ray.remote(num_cpus=0)
+def _rendezvous_address() -> tuple[str, int]:
+    """Runs pinned to learner rank 0's bundle: that node's address and a free port there."""
+    return ray.util.get_node_ip_address(), _free_port()
+
+
 @ray.remote
 class LearnerWorker:
-    def __init__(self, rank: int, world_size: int, cfg: Config, model_path: str, num_threads: int) -> None:
+    def __init__(self, rank: int, world_size: int, cfg: Config, model_path: str, num_threads: int,
+                 master: tuple[str, int] | None = None) -> None:
         self.rank, self.world_size, self.cfg = rank, world_size, cfg
+        if cfg.learner.backend != "torch":
+            self._init_process_group(master)
         self.backend = resolve(LEARNER_BACKENDS, cfg.learner.backend, "learner.backend")(cfg, model_path, num_threads)
         self.pad_id = self.backend.tokenizer.pad_token_id
         self.transport = None
+
+    def _init_process_group(self, master: tuple[str, int]) -> None:
+        """The learners' default process group: nccl on GPUs, gloo on CPU (weight sync has its own)."""
+        gpu = self.cfg.cluster.n_gpus_per_node > 0 and torch.cuda.is_available()
+        addr, port = master
+        # DeepSpeed reads these; torch.distributed gets them explicitly below
+        os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(self.rank),
+                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
+        if gpu:
+            torch.cuda.set_device(0)  # Ray exposes exactly this rank's GPU
+        dist.init_process_group("nccl" if gpu else "gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank,
+                                world_size=self.world_size, timeout=timedelta(seconds=self.cfg.sync.timeout_s))
 
     def train(self, items: list[tuple[list[ray.ObjectRef], GroupMeta]]) -> dict:
         """Fetch this rank's groups straight from the object store and take one training step."""
@@ -37,10 +68,7 @@ class LearnerWorker:
         return [logp[i][batch.loss_mask[i] > 0].tolist() for i in range(logp.shape[0])]
 
     def weight_sync_address(self) -> tuple[str, int]:
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        return ray.util.get_node_ip_address(), _free_port()
 
     def weight_plan(self, bucket_bytes: int) -> BucketPlan:
         specs = [TensorSpec(n, tuple(t.shape), str(t.dtype).removeprefix("torch."))
@@ -60,8 +88,16 @@ class LearnerWorker:
             for _ in weights:
                 pass
 
+    def full_weights(self) -> dict:
+        """Every parameter, full, on rank 0 ({} elsewhere); all ranks must be called (collective)."""
+        weights = {n: t.detach().cpu().clone() for n, t in self.backend.named_full_weights()}
+        return weights if self.rank == 0 else {}
+
     def save(self, path: str) -> None:
         self.backend.save(path)
+
+    def load(self, path: str) -> None:
+        self.backend.load(path)
 
 
 class LearnerGroup:
@@ -69,9 +105,11 @@ class LearnerGroup:
 
     def __init__(self, cfg: Config, model_path: str, placement) -> None:
         n = cfg.learner.num_workers
+        rank0 = placement.actor_options("learner", 0)["scheduling_strategy"]
+        master = ray.get(_rendezvous_address.options(scheduling_strategy=rank0).remote())
         self.workers = [
             LearnerWorker.options(name=f"learner-{r}", **placement.actor_options("learner", r))
-            .remote(r, n, cfg, model_path, placement.threads("learner"))
+            .remote(r, n, cfg, model_path, placement.threads("learner"), master)
             for r in range(n)
         ]
 
@@ -79,14 +117,40 @@ class LearnerGroup:
     def rank0(self):
         return self.workers[0]
 
+    def _init_process_group(self, master: tuple[str, int]) -> None:
+        """The learners' default process group: nccl on GPUs, gloo on CPU (weight sync has its own)."""
+        gpu = self.cfg.cluster.n_gpus_per_node > 0 and torch.cuda.is_available()
+        addr, port = master
+        # DeepSpeed reads these; torch.distributed gets them explicitly below
+        os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(self.rank),
+                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
+        if gpu:
+            torch.cuda.set_device(0)  # Ray exposes exactly this rank's GPU
+        dist.init_process_group("nccl" if gpu else "gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank,
+                                world_size=self.world_size, timeout=timedelta(seconds=self.cfg.sync.timeout_s))
+
     def train(self, items: list) -> dict:
         """Shard the groups across ranks, train on all, return rank 0's stats."""
         n = len(self.workers)
         results = ray.get([w.train.remote(items[r::n]) for r, w in enumerate(self.workers)])
         return results[0]
 
+    def completion_logprobs(self, groups: list[TrajectoryGroup]) -> list[list[float]]:
+        """Rank 0's answer; every rank computes (sharded forward passes are collective)."""
+        return ray.get([w.completion_logprobs.remote(groups) for w in self.workers])[0]
+
     def send_weights(self, plan: BucketPlan) -> list[ray.ObjectRef]:
         return [w.send_weights.remote(plan) for w in self.workers]
 
+    def full_weights(self) -> dict:
+        return ray.get([w.full_weights.remote() for w in self.workers])[0]
+
     def save(self, path: str) -> None:
         ray.get([w.save.remote(path) for w in self.workers])
+
+    def load(self, path: str) -> None:
+        ray.get([w.load.remote(path) for w in self.workers])
+
+    def kill(self) -> None:
+        for w in self.workers:
+            ray.kill(w)

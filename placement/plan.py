@@ -10,34 +10,38 @@ from __future__ import annotations
 import math
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rayrl.config import Config
+
+
+def _bundle(cpus: float, gpus: float) -> dict[str, float]:
+    return {"CPU": cpus, "GPU": gpus} if gpus else {"CPU": cpus}
 
 
 class PlacementPlan:
     def __init__(self, cfg: Config, name: str = "rayrl") -> None:
         self.cfg, self.name = cfg, name
         r, l, p = cfg.rollout, cfg.learner, cfg.placement
+        gpu = 1.0 if cfg.cluster.n_gpus_per_node > 0 else 0.0
         self.slots: dict[str, list[int]] = {}
-        self.share: dict[str, float] = {}
+        self.share = {"rollout": r.cpus_per_worker, "learner": l.cpus_per_worker, "service": 0.0}
+        self.gpus = {"rollout": gpu, "learner": gpu, "service": 0.0}
         if p.mode == "split":
-            self.bundles = [{"CPU": r.cpus_per_worker}] * r.num_workers + [{"CPU": l.cpus_per_worker}] * l.num_workers
+            self.bundles = [_bundle(r.cpus_per_worker, gpu)] * r.num_workers \
+                + [_bundle(l.cpus_per_worker, gpu)] * l.num_workers
             self.slots["rollout"] = list(range(r.num_workers))
             self.slots["learner"] = list(range(r.num_workers, r.num_workers + l.num_workers))
-            self.share = {"rollout": r.cpus_per_worker, "learner": l.cpus_per_worker}
         else:
             if r.num_workers != l.num_workers:
                 raise ValueError(f"placement.mode=colocate needs rollout.num_workers == learner.num_workers, "
                                  f"got {r.num_workers} and {l.num_workers}")
-            cpus = r.cpus_per_worker + l.cpus_per_worker
-            self.bundles = [{"CPU": cpus}] * r.num_workers
+            self.bundles = [_bundle(r.cpus_per_worker + l.cpus_per_worker, gpu)] * r.num_workers
             self.slots["rollout"] = self.slots["learner"] = list(range(r.num_workers))
-            self.share = {"rollout": r.cpus_per_worker, "learner": l.cpus_per_worker}
+            self.gpus = {"rollout": gpu / 2, "learner": gpu / 2, "service": 0.0}
         self.slots["service"] = [len(self.bundles)]
         self.bundles = [dict(b) for b in self.bundles] + [{"CPU": p.service_cpus}]
-        self.share["service"] = 0.0
         self.group = None
 
     @property
@@ -52,11 +56,19 @@ class PlacementPlan:
             raise RuntimeError(f"placement group {self.bundles} could not be placed within {timeout_s}s; "
                                f"cluster has {ray.available_resources()}. Lower rollout/learner "
                                "num_workers or cpus_per_worker")
+        self._sort_by_node()
+
+    def _sort_by_node(self) -> None:
+        """Order each role's bundles by node so rank r lands on the same node across restarts."""
+        nodes = placement_group_table(self.group).get("bundles_to_node_id", {})
+        for role in ("rollout", "learner"):
+            self.slots[role] = sorted(self.slots[role], key=lambda b: (nodes.get(b, ""), b))
 
     def actor_options(self, role: str, index: int = 0) -> dict:
         slots = self.slots[role]
         return {
             "num_cpus": self.share[role],
+            "num_gpus": self.gpus[role],
             "scheduling_strategy": PlacementGroupSchedulingStrategy(
                 self.group, placement_group_bundle_index=slots[index % len(slots)]),
         }

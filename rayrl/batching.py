@@ -31,10 +31,13 @@ def collate(groups: list[TrajectoryGroup], pad_id: int) -> Batch:
     return Batch(ids, attn, loss_mask, behav, versions, rewards, group_index)
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   temperature: float) -> torch.Tensor:
-    """[B, T]: entry t is log p(token t | tokens < t) at the sampling temperature; entry 0 is 0."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                   temperature: float, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, T]: entry t is log p(token t | tokens < t) at the sampling temperature; entry 0 is 0.
+
+    Packed rows pass attention_mask=None and position_ids that restart per sequence."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                   use_cache=False).logits[:, :-1].float()
     logp = torch.log_softmax(logits / temperature, -1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     return torch.cat([torch.zeros_like(logp[:, :1]), logp], 1)
 

@@ -76,14 +76,22 @@ class RewardConfig(_Section):
 
 
 class LearnerConfig(_Section):
-    backend: Literal["torch"] = "torch"
-    num_workers: int = Field(1, ge=1)
+    backend: Literal["torch", "fsdp", "deepspeed"] = "torch"  # torch: one plain rank, no sharding
+    num_workers: int = Field(1, ge=1)  # ranks; one GPU each when cluster.n_gpus_per_node > 0
     cpus_per_worker: float = Field(1.0, gt=0)
     total_steps: int = Field(300, ge=1)
     lr: float = Field(2e-4, gt=0)
+    lr_warmup_steps: int = Field(0, ge=0)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"  # decay after warm-up, to 0 at total_steps
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     minibatches: int = Field(1, ge=1)  # optimizer steps per training batch
+    max_tokens_per_micro_batch: int = Field(8192, ge=1)  # gradient accumulation over micro-batches
+    pack_sequences: bool = True  # padding-free packing; False pads each micro-batch's rows
+    dtype: Literal["float32", "bfloat16"] = "float32"  # parameter dtype; gradients reduce in fp32
+    zero_stage: Literal[2, 3] = 3  # deepspeed only
+    cpu_offload: bool = False  # fsdp: CPUOffloadPolicy; deepspeed: offload optimizer state
+    activation_checkpointing: bool = False
     seed: int = 0
 
 

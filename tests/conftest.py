@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from rayrl.config import Config, load_config
+from rayrl.types import Sample, Task, TrajectoryGroup
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +36,23 @@ def ray_cluster():
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def random_groups():
+    """random_groups(n_groups, group_size, seed) -> scored groups of random tokens and lengths."""
+    return _random_groups
+
+
+def _random_groups(n_groups: int, group_size: int, seed: int = 0) -> list[TrajectoryGroup]:
+    rng = random.Random(seed)
+    groups = []
+    for g in range(n_groups):
+        samples = []
+        for i in range(group_size):
+            prompt = [1] + [rng.randrange(4, 16) for _ in range(rng.randrange(3, 7))]
+            comp = [rng.randrange(4, 16) for _ in range(rng.randrange(1, 6))] + [2]
+            samples.append(Sample(f"{g}", prompt, comp, [-rng.random() for _ in comp], [0] * len(comp), "stop",
+                                  reward=float(rng.random() < 0.5)))
+        groups.append(TrajectoryGroup(Task(f"{g}", "", "0"), samples))
+    return groups

@@ -37,13 +37,13 @@ def grpo_loss(logp: torch.Tensor, behav_logp: torch.Tensor, prox_logp: torch.Ten
               advantages: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmConfig,
               ref_logp: torch.Tensor | None = None, denom: float | None = None
               ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Per-token tensors [B, T]; advantages [B]. Returns (loss, stats).
+    """Per-token tensors [B, T]; advantages [B] or per token [B, T]. Returns (loss, stats).
 
     With off_policy_correction the PPO ratio is taken against the proximal policy and each token
     is weighted by exp(prox - behav); tokens whose weight exceeds behav_imp_weight_cap are
     dropped from the loss. Without it, the behaviour policy is the PPO 'old' policy.
     """
-    adv = advantages.unsqueeze(1).expand_as(logp)
+    adv = advantages if advantages.dim() == logp.dim() else advantages.unsqueeze(1).expand_as(logp)
     old = prox_logp if cfg.off_policy_correction else behav_logp
     ratio = torch.exp(logp - old)
     clipped = torch.clamp(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)

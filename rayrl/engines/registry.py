@@ -5,7 +5,11 @@ from __future__ import annotations
 import importlib
 
 ROLLOUT_ENGINES = {"hf": "rayrl.engines.rollout.hf:HFRolloutEngine"}
-LEARNER_BACKENDS = {"torch": "rayrl.engines.learner.torch_backend:TorchLearner"}
+LEARNER_BACKENDS = {
+    "torch": "rayrl.engines.learner.torch_backend:TorchLearner",
+    "fsdp": "rayrl.engines.learner.fsdp_backend:FSDPLearner",
+    "deepspeed": "rayrl.engines.learner.deepspeed_backend:DeepSpeedLearner",
+}
 WEIGHT_TRANSPORTS = {"gloo": "rayrl.engines.transport.gloo:GlooTransport"}
 
 

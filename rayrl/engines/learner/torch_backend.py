@@ -7,16 +7,19 @@ from pathlib import Path
 
 import torch
 
-from rayrl.algorithms import group_advantages, grpo_loss
 from rayrl.batching import token_logprobs
 from rayrl.config import Config
+from rayrl.engines.learner.microbatch import MicroBatch
+from rayrl.engines.learner.policy_step import DataParallel, train_step
+from rayrl.engines.learner.schedule import make_scheduler
 from rayrl.models.builder import load_policy
 from rayrl.types import Batch
 
 
-def _rows(batch: Batch, idx: slice) -> Batch:
-    pick = lambda t: None if t is None else t[idx]  # noqa: E731
-    return Batch(*(pick(getattr(batch, f)) for f in batch.__struct_fields__))
+def microbatch_logprobs(model, mb: MicroBatch, temperature: float, device="cpu") -> torch.Tensor:
+    """Token log-probs of one micro-batch (packed or padded) on the model's device."""
+    mask = None if mb.attention_mask is None else mb.attention_mask.to(device)
+    return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.position_ids.to(device))
 
 
 class TorchLearner:
@@ -30,34 +33,32 @@ class TorchLearner:
             self.ref_model = load_policy(model_path)[0].eval().requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learner.lr,
                                            weight_decay=cfg.learner.weight_decay)
+        self.scheduler = make_scheduler(self.optimizer, cfg.learner)
         self.version = 0
 
-    def compute_logprobs(self, batch: Batch, model=None) -> torch.Tensor:
-        with torch.no_grad():
-            return token_logprobs(model or self.model, batch.input_ids, batch.attention_mask,
-                                  self.cfg.rollout.temperature)
+    # ---- primitives for policy_step ------------------------------------------------------
+    def logprobs(self, mb: MicroBatch, reference: bool = False) -> torch.Tensor:
+        return microbatch_logprobs(self.ref_model if reference else self.model, mb, self.cfg.rollout.temperature)
 
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        loss.backward()
+
+    def step(self) -> float:
+        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.learner.grad_clip))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    # ---- LearnerBackend ------------------------------------------------------------------
     def train_step(self, batch: Batch) -> dict[str, float]:
-        alg = self.cfg.algorithm
-        batch.advantages = group_advantages(batch.rewards, batch.group_index, alg.std_normalize, alg.eps)
-        batch.prox_logprobs = self.compute_logprobs(batch) if alg.off_policy_correction else batch.behav_logprobs
-        if self.ref_model is not None:
-            batch.ref_logprobs = self.compute_logprobs(batch, self.ref_model)
-        n = batch.input_ids.shape[0]
-        size = -(-n // self.cfg.learner.minibatches)
-        losses, norms, extra = [], [], {}
-        for start in range(0, n, size):
-            mb = _rows(batch, slice(start, start + size))
-            logp = token_logprobs(self.model, mb.input_ids, mb.attention_mask, self.cfg.rollout.temperature)
-            loss, extra = grpo_loss(logp, mb.behav_logprobs, mb.prox_logprobs, mb.advantages,
-                                    mb.loss_mask, alg, mb.ref_logprobs)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.learner.grad_clip)))
-            self.optimizer.step()
-            losses.append(loss.item())
+        stats = train_step(self, batch, DataParallel())
         self.version += 1
-        return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms), **extra}
+        return stats
+
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor:
+        with torch.no_grad():
+            return token_logprobs(self.model, batch.input_ids, batch.attention_mask, self.cfg.rollout.temperature)
 
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         for name, p in self.model.named_parameters():
@@ -68,10 +69,13 @@ class TorchLearner:
         out.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(out)
         self.tokenizer.save_pretrained(out)
-        torch.save({"optimizer": self.optimizer.state_dict(), "version": self.version}, out / "trainer_state.pt")
+        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                    "rng": torch.get_rng_state(), "version": self.version}, out / "trainer_state.pt")
 
     def load(self, path: str) -> None:
         self.model.load_state_dict(load_policy(path)[0].state_dict())
-        state = torch.load(Path(path) / "trainer_state.pt")
+        state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"])
         self.version = state["version"]

@@ -1,0 +1,89 @@
+"""Cut a Batch into micro-batches under a token budget: padding-free packed rows or padded rows.
+
+Packed: sequences are concatenated into one row; position_ids restart at 0 for each sequence, which
+transformers turns into a block-diagonal causal mask (attention_mask=None, no cache). Every
+per-token tensor is carried along, so the loss is computed the same way in both layouts.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import torch
+
+from rayrl.types import Batch
+
+
+class MicroBatch(msgspec.Struct):
+    input_ids: torch.Tensor  # [R, L]
+    position_ids: torch.Tensor  # [R, L]
+    attention_mask: torch.Tensor | None  # [R, L] for padded rows, None when packed
+    loss_mask: torch.Tensor  # [R, L] float
+    behav_logprobs: torch.Tensor
+    prox_logprobs: torch.Tensor | None
+    ref_logprobs: torch.Tensor | None
+    advantages: torch.Tensor  # [R, L]: each token carries its sequence's advantage
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+
+def sequence_lengths(batch: Batch) -> list[int]:
+    return batch.attention_mask.sum(-1).tolist()
+
+
+def plan_microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """First-fit decreasing: sequence indices per micro-batch, each summing to <= max_tokens."""
+    if lengths and max(lengths) > max_tokens:
+        raise ValueError(f"a sequence of {max(lengths)} tokens exceeds learner.max_tokens_per_micro_batch="
+                         f"{max_tokens}; raise it to at least the longest prompt + max_new_tokens")
+    bins: list[list[int]] = []
+    loads: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for b, load in enumerate(loads):
+            if load + lengths[i] <= max_tokens:
+                bins[b].append(i)
+                loads[b] += lengths[i]
+                break
+        else:
+            bins.append([i])
+            loads.append(lengths[i])
+    return [sorted(b) for b in bins]
+
+
+def _per_token(batch: Batch) -> dict[str, torch.Tensor | None]:
+    adv = batch.advantages.unsqueeze(1).expand_as(batch.loss_mask)
+    return {"loss_mask": batch.loss_mask, "behav_logprobs": batch.behav_logprobs,
+            "prox_logprobs": batch.prox_logprobs, "ref_logprobs": batch.ref_logprobs, "advantages": adv}
+
+
+def packed(batch: Batch, rows: list[int]) -> MicroBatch:
+    lengths = sequence_lengths(batch)
+    pieces = {k: (None if v is None else torch.cat([v[i, : lengths[i]] for i in rows]).unsqueeze(0))
+              for k, v in _per_token(batch).items()}
+    ids = torch.cat([batch.input_ids[i, : lengths[i]] for i in rows]).unsqueeze(0)
+    pos = torch.cat([torch.arange(lengths[i]) for i in rows]).unsqueeze(0)
+    return MicroBatch(ids, pos, None, **pieces)
+
+
+def padded(batch: Batch, rows: list[int]) -> MicroBatch:
+    width = max(sequence_lengths(batch)[i] for i in rows)
+    index = torch.tensor(rows)
+    pieces = {k: (None if v is None else v[index, :width]) for k, v in _per_token(batch).items()}
+    attn = batch.attention_mask[index, :width]
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    return MicroBatch(batch.input_ids[index, :width], pos, attn, **pieces)
+
+
+def microbatches(batch: Batch, max_tokens: int, pack: bool = True) -> list[MicroBatch]:
+    plan = plan_microbatches(sequence_lengths(batch), max_tokens)
+    return [(packed if pack else padded)(batch, rows) for rows in plan]
+
+
+def empty_like(mb: MicroBatch) -> MicroBatch:
+    """A one-token micro-batch with zero loss weight: keeps ranks in lockstep when one has fewer."""
+    one = lambda t: None if t is None else torch.zeros_like(t[:, :1])  # noqa: E731
+    return MicroBatch(mb.input_ids[:, :1], torch.zeros_like(mb.position_ids[:, :1]),
+                      None if mb.attention_mask is None else mb.attention_mask[:, :1],
+                      one(mb.loss_mask), one(mb.behav_logprobs), one(mb.prox_logprobs), one(mb.ref_logprobs),
+                      one(mb.advantages))

@@ -1,0 +1,54 @@
+"""Sharded learner groups on gloo: 2 ranks give the same loss and weights as 1 plain rank."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from rayrl.actors import LearnerGroup
+from rayrl.models import build_model
+from rayrl.placement import PlacementPlan
+from rayrl.types import GroupMeta
+
+
+def train_twice(cfg, model_path, items, name):
+    plan = PlacementPlan(cfg, name=name)
+    plan.create()
+    group = LearnerGroup(cfg, model_path, plan)
+    try:
+        stats = [group.train(items) for _ in range(2)]
+        return stats, group.full_weights()
+    finally:
+        group.kill()
+        plan.remove()
+
+
+@pytest.fixture(scope="module")
+def reference(ray_cluster, make_cfg, random_groups):
+    cfg = make_cfg("learner.lr=1e-4", "learner.max_tokens_per_micro_batch=64")
+    model_path = str(build_model(cfg))
+    groups = random_groups(8, 4, seed=1)
+    items = [([ray.put(g)], GroupMeta(g.task.id, 0, len(g.samples))) for g in groups]
+    return model_path, items, train_twice(cfg, model_path, items, "ref")
+
+
+@pytest.mark.parametrize("backend", [["learner.backend=fsdp"],
+                                     ["learner.backend=deepspeed", "learner.zero_stage=3"]],
+                         ids=["fsdp2", "deepspeed-zero3"])
+def test_two_ranks_equal_one(reference, make_cfg, backend):
+    model_path, items, (ref_stats, ref_weights) = reference
+    cfg = make_cfg("learner.lr=1e-4", "learner.max_tokens_per_micro_batch=64", "learner.num_workers=2", *backend)
+    stats, weights = train_twice(cfg, model_path, items, backend[0].split("=")[1])
+    for step in range(2):
+        assert stats[step]["loss"] == pytest.approx(ref_stats[step]["loss"], abs=1e-5), step
+    assert weights.keys() == ref_weights.keys()
+    worst = max((weights[n] - ref_weights[n]).abs().max().item() for n in weights)
+    assert worst <= 1e-5, worst
+    moved = max((ref_weights[n] - w0).abs().max().item() for n, w0 in _initial(model_path).items())
+    assert moved > 5e-5  # training really changed the weights (two Adam steps of lr 1e-4)
+
+
+def _initial(model_path):
+    from rayrl.models import load_policy
+
+    return dict(load_policy(model_path)[0].named_parameters())

@@ -1,0 +1,50 @@
+"""Packed (padding-free) and padded micro-batching give the same loss and gradients."""
+
+import pytest
+import torch
+
+from rayrl.batching import collate
+from rayrl.engines.learner.microbatch import microbatches, plan_microbatches
+from rayrl.engines.learner.policy_step import DataParallel, train_step
+from rayrl.engines.learner.torch_backend import TorchLearner
+from rayrl.models import build_model
+
+
+def test_first_fit_plan_respects_budget_and_keeps_every_sequence():
+    lengths = [7, 3, 9, 2, 5, 5, 1]
+    plan = plan_microbatches(lengths, max_tokens=10)
+    assert sorted(i for mb in plan for i in mb) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in mb) <= 10 for mb in plan)
+    with pytest.raises(ValueError, match="max_tokens_per_micro_batch"):
+        plan_microbatches([11], max_tokens=10)
+
+
+@pytest.fixture(scope="module")
+def model_path(make_cfg):
+    return str(build_model(make_cfg("model.build.warmup_steps=20")))
+
+
+def loss_and_grads(make_cfg, model_path, random_groups, random_groups, *overrides):
+    cfg = make_cfg(*overrides, "learner.lr=1e-3")
+    learner = TorchLearner(cfg, model_path)
+    learner.step = lambda: 0.0  # keep the gradients: no optimizer step, no zeroing
+    batch = collate(random_groups(4, 4), learner.tokenizer.pad_token_id)
+    stats = train_step(learner, batch, DataParallel())
+    return stats, {n: p.grad.clone() for n, p in learner.model.named_parameters()}
+
+
+def test_packed_equals_padded(make_cfg, model_path, random_groups):
+    batch = collate(random_groups(4, 4), 0)
+    batch.advantages = torch.zeros(len(batch.rewards))
+    packed = microbatches(batch, max_tokens=40, pack=True)
+    assert len(packed) > 1 and all(mb.attention_mask is None and mb.n_tokens <= 40 for mb in packed)
+    ref_stats, ref_grads = loss_and_grads(make_cfg, model_path, random_groups, "learner.pack_sequences=false",
+                                          "learner.max_tokens_per_micro_batch=10000")
+    for overrides in (("learner.pack_sequences=true", "learner.max_tokens_per_micro_batch=40"),
+                      ("learner.pack_sequences=false", "learner.max_tokens_per_micro_batch=40"),
+                      ("learner.pack_sequences=true", "learner.max_tokens_per_micro_batch=10000")):
+        stats, grads = loss_and_grads(make_cfg, model_path, random_groups, *overrides)
+        assert stats["loss"] == pytest.approx(ref_stats["loss"], abs=1e-6), overrides
+        worst = max((grads[n] - ref_grads[n]).abs().max().item() for n in grads)
+        assert worst <= 1e-5, (overrides, worst)
+    assert any(g.abs().max() > 0 for g in ref_grads.values())
