@@ -71,8 +71,8 @@ class LearnerWorker:
         return ray.util.get_node_ip_address(), _free_port()
 
     def weight_plan(self, bucket_bytes: int) -> BucketPlan:
-        specs = [TensorSpec(n, tuple(t.shape), str(t.dtype).removeprefix("torch."))
-                 for n, t in self.backend.named_full_weights()]
+        specs = [TensorSpec(n, shape, str(dtype).removeprefix("torch."))
+                 for n, shape, dtype in self.backend.weight_specs()]
         return plan_buckets(specs, bucket_bytes)
 
     def init_weight_sync(self, group_info: GroupInfo) -> None:

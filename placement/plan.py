@@ -21,9 +21,12 @@ def _bundle(cpus: float, gpus: float) -> dict[str, float]:
 
 
 class PlacementPlan:
-    def __init__(self, cfg: Config, name: str = "rayrl") -> None:
+    def __init__(self, cfg: Config, name: str = "rayrl", learner_only: bool = False) -> None:
+        """learner_only: bundles for the learner ranks and the service bundle alone (benchmarks, checks)."""
         self.cfg, self.name = cfg, name
         r, l, p = cfg.rollout, cfg.learner, cfg.placement
+        if learner_only:
+            r = r.model_copy(update={"num_workers": 0})
         gpu = 1.0 if cfg.cluster.n_gpus_per_node > 0 else 0.0
         self.slots: dict[str, list[int]] = {}
         self.share = {"rollout": r.cpus_per_worker, "learner": l.cpus_per_worker, "service": 0.0}
@@ -34,7 +37,7 @@ class PlacementPlan:
             self.slots["rollout"] = list(range(r.num_workers))
             self.slots["learner"] = list(range(r.num_workers, r.num_workers + l.num_workers))
         else:
-            if r.num_workers != l.num_workers:
+            if r.num_workers != l.num_workers or learner_only:
                 raise ValueError(f"placement.mode=colocate needs rollout.num_workers == learner.num_workers, "
                                  f"got {r.num_workers} and {l.num_workers}")
             self.bundles = [_bundle(r.cpus_per_worker + l.cpus_per_worker, gpu)] * r.num_workers

@@ -81,3 +81,24 @@ def load_policy(path: str | os.PathLike):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model, tokenizer
+
+
+QWEN2_1_5B_SHAPE = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                        num_key_value_heads=2, head_dim=128, vocab_size=151936)
+
+
+def save_random_qwen2(out: str | os.PathLike, initializer_range: float = 0.02, dtype=torch.bfloat16,
+                      **shape) -> Path:
+    """A randomly initialised Qwen2 of the given shape plus the char tokenizer, saved offline.
+
+    A large initializer_range makes next-token distributions peaked rather than near-uniform."""
+    out = Path(out)
+    tokenizer = build_char_tokenizer()
+    shape = {"vocab_size": len(tokenizer), **shape}
+    config = Qwen2Config(**shape, max_position_embeddings=4096, tie_word_embeddings=shape["hidden_size"] < 2048,
+                         initializer_range=initializer_range, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).to(dtype).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -95,9 +95,13 @@ class DeepSpeedLearner:
                 full = p.detach()
             yield name, full
 
+    def weight_specs(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        """Full shapes without gathering: ZeRO-3 keeps them in ds_shape."""
+        return [(n, tuple(getattr(p, "ds_shape", p.shape)), p.dtype) for n, p in self.engine.module.named_parameters()]
+
     def save(self, path: str) -> None:
         out = Path(path)
-        self.engine.save_checkpoint(str(out / "deepspeed"), tag="latest")
+        self.engine.save_checkpoint(str(out / "deepspeed"), tag="rayrl")
         full = {name: t.cpu() for name, t in self.named_full_weights()}
         if dist.get_rank() == 0:
             export_hf(full, self.hf_config, self.tokenizer, out)
@@ -105,5 +109,5 @@ class DeepSpeedLearner:
         dist.barrier()
 
     def load(self, path: str) -> None:
-        self.engine.load_checkpoint(str(Path(path) / "deepspeed"), tag="latest")
+        self.engine.load_checkpoint(str(Path(path) / "deepspeed"), tag="rayrl")
         self.version = load_extra_state(Path(path), self.scheduler)

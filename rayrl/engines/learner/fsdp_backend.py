@@ -97,6 +97,10 @@ class FSDPLearner:
         for name, p in self.model.named_parameters():
             yield name, (p.full_tensor() if isinstance(p, DTensor) else p).detach()
 
+    def weight_specs(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        """Global shapes, no communication (a DTensor's shape is the full one)."""
+        return [(n, tuple(p.shape), p.dtype) for n, p in self.model.named_parameters()]
+
     def save(self, path: str) -> None:
         out = Path(path)
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)

@@ -64,6 +64,9 @@ class TorchLearner:
         for name, p in self.model.named_parameters():
             yield name, p.detach()
 
+    def weight_specs(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        return [(n, tuple(p.shape), p.dtype) for n, p in self.model.named_parameters()]
+
     def save(self, path: str) -> None:
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,93 @@
+"""GPU check of the learner group (2 GPUs): FSDP2 and DeepSpeed ZeRO-3 train a Qwen2-shaped model in
+bf16; the HF export loads in vLLM and vLLM's log-probs match the learner's on a peaked model.
+
+    python -m benchmarks.gpu_learner_check --out DIR      (run on the GPU machine)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import ray
+
+from benchmarks.common import print_table, write_result
+from rayrl.actors import LearnerGroup
+from rayrl.config import load_config
+from rayrl.models.builder import save_random_qwen2
+from rayrl.placement import PlacementPlan
+from rayrl.types import GroupMeta, Sample, Task, TrajectoryGroup
+
+SHAPE = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_attention_heads=16,
+             num_key_value_heads=4, head_dim=64)
+
+
+def vllm_greedy(model_dir: str, prompts: list[list[int]], n_tokens: int):
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model_dir, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.25,
+              max_model_len=256, seed=0)
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
+                        SamplingParams(temperature=0.0, max_tokens=n_tokens, logprobs=0, ignore_eos=True))
+    seqs = []
+    for o in outs:
+        c = o.outputs[0]
+        seqs.append((list(c.token_ids), [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)]))
+    del llm
+    return seqs
+
+
+def check(backend: list[str], base: Path, prompts: list[list[int]]) -> dict:
+    name = backend[0].split("=")[1]
+    cfg = load_config(None, ["cluster.n_gpus_per_node=2", "learner.num_workers=2", "learner.dtype=bfloat16",
+                             "learner.lr=1e-5", "rollout.temperature=1.0", f"model.path={base}", *backend])
+    plan = PlacementPlan(cfg, name=f"check-{name}", learner_only=True)
+    plan.create()
+    group = LearnerGroup(cfg, str(base), plan)
+    try:
+        groups = [TrajectoryGroup(Task(str(i), "", "0"), [
+            Sample(str(i), p, [5 + (i + j) % 40 for j in range(24)], [-1.0] * 24, [0] * 24, "length",
+                   reward=float(k % 2)) for k in range(4)]) for i, p in enumerate(prompts)]
+        items = [([ray.put(g)], GroupMeta(g.task.id, 0, 4)) for g in groups]
+        losses = [group.train(items)["loss"] for _ in range(3)]
+        export = base.parent / f"export-{name}"
+        group.save(str(export))
+        seqs = vllm_greedy(str(export), prompts, 24)
+        probe = [TrajectoryGroup(Task(str(i), "", "0"), [Sample(str(i), p, toks, lps, [0] * len(toks), "length")])
+                 for i, (p, (toks, lps)) in enumerate(zip(prompts, seqs))]
+        learner_lp = group.completion_logprobs(probe)
+    finally:
+        group.kill()
+        plan.remove()
+    vllm_lp = [lp for _, lps in seqs for lp in lps]
+    ours = [x for row in learner_lp for x in row]
+    diff = max(abs(a - b) for a, b in zip(ours, vllm_lp))
+    return {"backend": name, "losses": losses, "max_abs_logprob_diff": diff,
+            "mean_token_prob": sum(math.exp(x) for x in vllm_lp) / len(vllm_lp), "tokens_compared": len(vllm_lp)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp())
+    base = save_random_qwen2(work / "base", initializer_range=0.25, **SHAPE)
+    prompts = [[1] + [5 + (7 * i + j) % 60 for j in range(12 + i % 5)] for i in range(8)]
+    ray.init(address="local", num_gpus=2, include_dashboard=False)
+    rows = [check(b, base, prompts) for b in (["learner.backend=fsdp"],
+                                              ["learner.backend=deepspeed", "learner.zero_stage=3"])]
+    ray.shutdown()
+    for r in rows:
+        r["ok"] = r["max_abs_logprob_diff"] <= 0.02 and all(math.isfinite(x) for x in r["losses"])
+    print_table(rows, ["backend", "max_abs_logprob_diff", "mean_token_prob", "tokens_compared", "ok"])
+    path = write_result("gpu_learner_check", {"shape": SHAPE, "rows": rows})
+    if args.out:
+        Path(args.out, "gpu_learner_check.json").write_text(json.dumps(rows, indent=2))
+    print(f"-> {path}")
+
+
+if __name__ == "__main__":
+    main()

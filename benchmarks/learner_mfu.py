@@ -1,0 +1,108 @@
+"""Learner throughput and MFU on one GPU: a Qwen2-1.5B-shaped model (random weights, bf16), GRPO
+train steps on packed sequences of mixed lengths, FSDP2 and DeepSpeed side by side.
+
+    python -m benchmarks.learner_mfu [--steps 4] [--peak-tflops 989]   (run on the GPU machine)
+
+FLOPs per step = sum over sequences of 6·N·len + 6·layers·(heads·head_dim)·len² (causal attention,
+forward + backward); MFU = FLOPs / step time / peak. Only the training passes are timed: the
+proximal-policy pass is off (off_policy_correction=false) and β = 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import ray
+
+from benchmarks.common import print_table, write_result
+from rayrl.actors import LearnerGroup
+from rayrl.config import load_config
+from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.placement import PlacementPlan
+from rayrl.types import GroupMeta, Sample, Task, TrajectoryGroup
+
+
+def make_groups(n_groups: int, group_size: int, seed: int = 0) -> list[TrajectoryGroup]:
+    rng = random.Random(seed)
+    vocab = QWEN2_1_5B_SHAPE["vocab_size"]
+    groups = []
+    for g in range(n_groups):
+        prompt = [rng.randrange(vocab) for _ in range(rng.randrange(64, 256))]
+        samples = []
+        for _ in range(group_size):
+            n = rng.randrange(128, 1792)
+            samples.append(Sample(str(g), prompt, [rng.randrange(vocab) for _ in range(n)], [-1.0] * n, [0] * n,
+                                  "length", reward=float(rng.random() < 0.5)))
+        groups.append(TrajectoryGroup(Task(str(g), "", "0"), samples))
+    return groups
+
+
+def step_flops(groups: list[TrajectoryGroup], n_params: int) -> float:
+    s = QWEN2_1_5B_SHAPE
+    attn = s["num_hidden_layers"] * s["num_attention_heads"] * s["head_dim"]
+    lengths = [len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples]
+    return sum(6 * n_params * n + 6 * attn * n * n for n in lengths)
+
+
+def bench(backend: list[str], model_dir: Path, groups, steps: int, peak: float) -> dict:
+    cfg = load_config(None, ["cluster.n_gpus_per_node=1", "learner.num_workers=1", "learner.dtype=bfloat16",
+                             "learner.max_tokens_per_micro_batch=16384", "algorithm.off_policy_correction=false",
+                             f"model.path={model_dir}", *backend])
+    name = "-".join(b.split("=")[1] for b in backend)
+    plan = PlacementPlan(cfg, name=f"mfu-{name}", learner_only=True)
+    plan.create()
+    group = LearnerGroup(cfg, str(model_dir), plan)
+    items = [([ray.put(g)], GroupMeta(g.task.id, 0, len(g.samples))) for g in groups]
+    try:
+        group.train(items)  # warm-up: allocator, kernels
+        t0 = time.perf_counter()
+        stats = [group.train(items) for _ in range(steps)]
+        step_s = (time.perf_counter() - t0) / steps
+    finally:
+        group.kill()
+        plan.remove()
+    tokens = sum(len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples)
+    from transformers import AutoConfig
+
+    n_params = _count_params(AutoConfig.from_pretrained(model_dir))
+    flops = step_flops(groups, n_params)
+    return {"backend": name, "step_s": step_s, "tokens_per_s": tokens / step_s, "tflops": flops / step_s / 1e12,
+            "mfu": flops / step_s / (peak * 1e12), "micro_batches": stats[-1]["micro_batches"],
+            "loss": stats[-1]["loss"]}
+
+
+def _count_params(c) -> int:
+    attn = c.hidden_size * c.head_dim * (c.num_attention_heads * 2 + c.num_key_value_heads * 2) \
+        + c.head_dim * (c.num_attention_heads + 2 * c.num_key_value_heads)
+    mlp = 3 * c.hidden_size * c.intermediate_size
+    per_layer = attn + mlp + 2 * c.hidden_size
+    emb = c.vocab_size * c.hidden_size * (1 if c.tie_word_embeddings else 2)
+    return c.num_hidden_layers * per_layer + emb + c.hidden_size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--groups", type=int, default=16)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of one GPU (H200: 989)")
+    args = parser.parse_args()
+    model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-1.5b", **QWEN2_1_5B_SHAPE)
+    groups = make_groups(args.groups, args.group_size)
+    ray.init(address="local", num_gpus=1, include_dashboard=False)
+    rows = [bench(b, model_dir, groups, args.steps, args.peak_tflops)
+            for b in (["learner.backend=fsdp"], ["learner.backend=deepspeed", "learner.zero_stage=2"])]
+    ray.shutdown()
+    print_table(rows, ["backend", "step_s", "tokens_per_s", "tflops", "mfu", "micro_batches", "loss"])
+    tokens = sum(len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples)
+    path = write_result("learner_mfu", {"model": "qwen2-1.5b-shape", "tokens_per_step": tokens,
+                                        "peak_tflops": args.peak_tflops, "rows": rows})
+    print(f"-> {path}")
+
+
+if __name__ == "__main__":
+    main()
