@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -25,19 +28,28 @@ SHAPE = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_
              num_key_value_heads=4, head_dim=64)
 
 
-def vllm_greedy(model_dir: str, prompts: list[list[int]], n_tokens: int):
-    from vllm import LLM, SamplingParams
+VLLM_SCRIPT = """
+import json, sys
+from vllm import LLM, SamplingParams
+model_dir, prompts, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+llm = LLM(model=model_dir, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.25, max_model_len=256, seed=0)
+outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
+                    SamplingParams(temperature=0.0, max_tokens=n, logprobs=0, ignore_eos=True))
+rows = [[list(o.outputs[0].token_ids), [lp[t].logprob for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]]
+        for o in outs]
+print("VLLM_RESULT " + json.dumps(rows), flush=True)
+"""
 
-    llm = LLM(model=model_dir, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.25,
-              max_model_len=256, seed=0)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
-                        SamplingParams(temperature=0.0, max_tokens=n_tokens, logprobs=0, ignore_eos=True))
-    seqs = []
-    for o in outs:
-        c = o.outputs[0]
-        seqs.append((list(c.token_ids), [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)]))
-    del llm
-    return seqs
+
+def vllm_greedy(model_dir: str, prompts: list[list[int]], n_tokens: int):
+    """vLLM in its own process, outside the Ray driver (an engine started inside it hung here)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    proc = subprocess.run([sys.executable, "-c", VLLM_SCRIPT, model_dir, json.dumps(prompts), str(n_tokens)],
+                          capture_output=True, text=True, timeout=240, env=env)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("VLLM_RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"vLLM failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return [tuple(r) for r in json.loads(line[len("VLLM_RESULT "):])]
 
 
 def check(backend: list[str], base: Path, prompts: list[list[int]]) -> dict:
