@@ -10,6 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0   # first: the CPU wheel, before anything pulls a CUDA build
 	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q ninja && $(PY) -m pip install -q --no-build-isolation "deepspeed==0.19.8"  # builds against the torch above
 	touch $@
 
 install: $(VENV)/.installed

@@ -14,6 +14,7 @@ from rayrl.batching import batch_stats, collate
 from rayrl.config import Config
 from rayrl.engines.registry import LEARNER_BACKENDS, WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan_buckets
+from rayrl.metrics import merge_rank_stats
 from rayrl.types import GroupMeta, TrajectoryGroup
 
 
@@ -130,10 +131,9 @@ class LearnerGroup:
                                 world_size=self.world_size, timeout=timedelta(seconds=self.cfg.sync.timeout_s))
 
     def train(self, items: list) -> dict:
-        """Shard the groups across ranks, train on all, return rank 0's stats."""
+        """Shard the groups across ranks, train on all, merge their stats."""
         n = len(self.workers)
-        results = ray.get([w.train.remote(items[r::n]) for r, w in enumerate(self.workers)])
-        return results[0]
+        return merge_rank_stats(ray.get([w.train.remote(items[r::n]) for r, w in enumerate(self.workers)]))
 
     def completion_logprobs(self, groups: list[TrajectoryGroup]) -> list[list[float]]:
         """Rank 0's answer; every rank computes (sharded forward passes are collective)."""

@@ -62,3 +62,17 @@ class Progress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+def merge_rank_stats(per_rank: list[dict]) -> dict:
+    """One step's stats from every learner rank: counts add up, means are weighted, maxima stay maxima.
+
+    Loss and grad norm are already global (reduced inside the step), so rank 0's are kept."""
+    out = dict(per_rank[0])
+    samples = sum(r["samples"] for r in per_rank)
+    tokens = sum(r["tokens"] for r in per_rank)
+    out.update(samples=samples, tokens=tokens, staleness_max=max(r["staleness_max"] for r in per_rank))
+    for key in ("reward_mean", "accuracy"):
+        out[key] = sum(r[key] * r["samples"] for r in per_rank) / max(1, samples)
+    out["staleness_mean"] = sum(r["staleness_mean"] * r["tokens"] for r in per_rank) / max(1, tokens)
+    return out

@@ -36,3 +36,15 @@ def test_reject_frees_a_slot_and_misuse_raises():
         m.set_version(2)
     with pytest.raises(ValueError):
         StalenessManager(batch_size=0, max_staleness=0)
+
+
+def test_rank_stats_merge_counts_and_weights():
+    from rayrl.metrics import merge_rank_stats
+
+    a = {"samples": 4, "tokens": 10, "reward_mean": 1.0, "accuracy": 1.0, "staleness_mean": 1.0,
+         "staleness_max": 1.0, "loss": 0.5}
+    b = {"samples": 12, "tokens": 30, "reward_mean": 0.0, "accuracy": 0.0, "staleness_mean": 0.0,
+         "staleness_max": 2.0, "loss": 0.5}
+    m = merge_rank_stats([a, b])
+    assert (m["samples"], m["tokens"], m["staleness_max"], m["loss"]) == (16, 40, 2.0, 0.5)
+    assert m["reward_mean"] == 0.25 and m["accuracy"] == 0.25 and m["staleness_mean"] == 0.25
