@@ -118,18 +118,6 @@ class LearnerGroup:
     def rank0(self):
         return self.workers[0]
 
-    def _init_process_group(self, master: tuple[str, int]) -> None:
-        """The learners' default process group: nccl on GPUs, gloo on CPU (weight sync has its own)."""
-        gpu = self.cfg.cluster.n_gpus_per_node > 0 and torch.cuda.is_available()
-        addr, port = master
-        # DeepSpeed reads these; torch.distributed gets them explicitly below
-        os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(self.rank),
-                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
-        if gpu:
-            torch.cuda.set_device(0)  # Ray exposes exactly this rank's GPU
-        dist.init_process_group("nccl" if gpu else "gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank,
-                                world_size=self.world_size, timeout=timedelta(seconds=self.cfg.sync.timeout_s))
-
     def train(self, items: list) -> dict:
         """Shard the groups across ranks, train on all, merge their stats."""
         n = len(self.workers)

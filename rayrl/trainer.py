@@ -4,13 +4,12 @@ under bounded staleness, sync weights, evaluate before and after, write the run 
 from __future__ import annotations
 
 import json
-import math
+import os
 import time
 from datetime import datetime
 from pathlib import Path
 
 import ray
-import torch
 from ray.util.queue import Queue
 
 from rayrl.actors import LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
@@ -27,8 +26,6 @@ def start_ray(cfg: Config, num_cpus: int) -> bool:
     if ray.is_initialized():
         return False
     if cfg.scheduler.type == "local":
-        import os
-
         ray.init(address="local", num_cpus=max(num_cpus, os.cpu_count() or 1),
                  include_dashboard=cfg.scheduler.include_dashboard, dashboard_host=cfg.scheduler.dashboard_host)
     else:
@@ -179,7 +176,6 @@ class Trainer:
 
 def train(cfg: Config) -> dict:
     """Run one training job end to end and return its summary."""
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     trainer = Trainer(cfg)
     try:
         return trainer.run()

@@ -73,9 +73,6 @@ def build_model(cfg: Config) -> Path:
     return out
 
 
-resolve_model_path = build_model
-
-
 def load_policy(path: str | os.PathLike):
     """(model in fp32 with eager attention, tokenizer) from a local directory, offline."""
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")

@@ -16,7 +16,7 @@ from rayrl.engines.learner.fsdp_backend import learner_device
 from rayrl.engines.learner.microbatch import MicroBatch
 from rayrl.engines.learner.policy_step import torch_dist_data_parallel, train_step
 from rayrl.engines.learner.schedule import make_scheduler
-from rayrl.engines.learner.torch_backend import microbatch_logprobs
+from rayrl.engines.learner.torch_backend import batch_logprobs, microbatch_logprobs
 from rayrl.models.builder import load_policy
 from rayrl.types import Batch
 
@@ -79,11 +79,7 @@ class DeepSpeedLearner:
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         """Collective under ZeRO-3: every rank must call it with a batch of the same shape."""
-        from rayrl.batching import token_logprobs
-
-        with torch.no_grad():
-            return token_logprobs(self.engine, batch.input_ids.to(self.device), batch.attention_mask.to(self.device),
-                                  self.cfg.rollout.temperature).cpu()
+        return batch_logprobs(self.engine, batch, self.cfg.rollout.temperature, self.device)
 
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Gather one parameter at a time on every rank (ZeRO-3), yield a copy, re-partition."""

@@ -21,7 +21,7 @@ from rayrl.engines.learner.checkpoint import export_hf, load_extra_state, save_e
 from rayrl.engines.learner.microbatch import MicroBatch
 from rayrl.engines.learner.policy_step import torch_dist_data_parallel, train_step
 from rayrl.engines.learner.schedule import make_scheduler
-from rayrl.engines.learner.torch_backend import microbatch_logprobs
+from rayrl.engines.learner.torch_backend import batch_logprobs, microbatch_logprobs
 from rayrl.models.builder import load_policy
 from rayrl.types import Batch
 
@@ -86,11 +86,7 @@ class FSDPLearner:
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         """Collective: every rank must call it with a batch of the same shape."""
-        from rayrl.batching import token_logprobs
-
-        with torch.no_grad():
-            return token_logprobs(self.model, batch.input_ids.to(self.device), batch.attention_mask.to(self.device),
-                                  self.cfg.rollout.temperature).cpu()
+        return batch_logprobs(self.model, batch, self.cfg.rollout.temperature, self.device)
 
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """One full tensor at a time, gathered on every rank in the same order (a collective)."""

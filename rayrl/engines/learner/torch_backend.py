@@ -22,6 +22,12 @@ def microbatch_logprobs(model, mb: MicroBatch, temperature: float, device="cpu")
     return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.position_ids.to(device))
 
 
+def batch_logprobs(model, batch: Batch, temperature: float, device="cpu") -> torch.Tensor:
+    """Token log-probs of a padded Batch, no gradients, back on the CPU."""
+    with torch.no_grad():
+        return token_logprobs(model, batch.input_ids.to(device), batch.attention_mask.to(device), temperature).cpu()
+
+
 class TorchLearner:
     def __init__(self, cfg: Config, model_path: str, num_threads: int = 1) -> None:
         torch.set_num_threads(max(1, num_threads))
@@ -57,8 +63,7 @@ class TorchLearner:
         return stats
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
-        with torch.no_grad():
-            return token_logprobs(self.model, batch.input_ids, batch.attention_mask, self.cfg.rollout.temperature)
+        return batch_logprobs(self.model, batch, self.cfg.rollout.temperature)
 
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         for name, p in self.model.named_parameters():
