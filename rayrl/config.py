@@ -87,7 +87,9 @@ class LearnerConfig(_Section):
     grad_clip: float = Field(1.0, gt=0)
     minibatches: int = Field(1, ge=1)  # optimizer steps per training batch
     max_tokens_per_micro_batch: int = Field(8192, ge=1)  # gradient accumulation over micro-batches
-    pack_sequences: bool = True  # padding-free packing; False pads each micro-batch's rows
+    # padding-free packing pays off only with a varlen attention kernel (flash-attention); with eager or
+    # sdpa attention transformers builds a dense block-diagonal mask, O(tokens²) per micro-batch
+    pack_sequences: bool = False
     dtype: Literal["float32", "bfloat16"] = "float32"  # parameter dtype; gradients reduce in fp32
     zero_stage: Literal[2, 3] = 3  # deepspeed only
     cpu_offload: bool = False  # fsdp: CPUOffloadPolicy; deepspeed: offload optimizer state
