@@ -24,7 +24,7 @@ def model_path(make_cfg):
     return str(build_model(make_cfg("model.build.warmup_steps=20")))
 
 
-def loss_and_grads(make_cfg, model_path, random_groups, random_groups, *overrides):
+def loss_and_grads(make_cfg, model_path, random_groups, *overrides):
     cfg = make_cfg(*overrides, "learner.lr=1e-3")
     learner = TorchLearner(cfg, model_path)
     learner.step = lambda: 0.0  # keep the gradients: no optimizer step, no zeroing
