@@ -96,6 +96,13 @@ class LearnerConfig(_Section):
     activation_checkpointing: bool = False
     seed: int = 0
 
+    @model_validator(mode="after")
+    def _ranks(self) -> "LearnerConfig":
+        if self.backend == "torch" and self.num_workers > 1:
+            raise ValueError("learner.backend=torch is one plain rank; for learner.num_workers > 1 use "
+                             "learner.backend=fsdp or learner.backend=deepspeed")
+        return self
+
 
 class AlgorithmConfig(_Section):
     type: Literal["grpo"] = "grpo"

@@ -48,6 +48,12 @@ def test_malformed_override_and_missing_file(tmp_path):
         load_config(tmp_path / "list.yaml")
 
 
+def test_plain_torch_learner_is_single_rank():
+    with pytest.raises(ConfigError, match="learner.backend=fsdp"):
+        load_config(None, ["learner.num_workers=2"])
+    assert load_config(None, ["learner.num_workers=2", "learner.backend=fsdp"]).learner.num_workers == 2
+
+
 def test_data_range_checked():
     with pytest.raises(ConfigError, match="max_operand"):
         load_config(None, ["data.min_operand=10", "data.max_operand=5"])
