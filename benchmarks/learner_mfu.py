@@ -50,7 +50,7 @@ def step_flops(groups: list[TrajectoryGroup], n_params: int) -> float:
 
 def bench(backend: list[str], model_dir: Path, groups, steps: int, peak: float) -> dict:
     cfg = load_config(None, ["cluster.n_gpus_per_node=1", "learner.num_workers=1", "learner.dtype=bfloat16",
-                             "learner.max_tokens_per_micro_batch=4096", "learner.pack_sequences=true",
+                             "learner.max_tokens_per_micro_batch=4096", "learner.pack_sequences=false",
                              "algorithm.off_policy_correction=false",
                              f"model.path={model_dir}", *backend])
     name = "-".join(b.split("=")[1] for b in backend)

@@ -73,9 +73,10 @@ def build_model(cfg: Config) -> Path:
     return out
 
 
-def load_policy(path: str | os.PathLike):
-    """(model in fp32 with eager attention, tokenizer) from a local directory, offline."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+def load_policy(path: str | os.PathLike, attn_implementation: str = "eager"):
+    """(model in fp32, tokenizer) from a local directory, offline. Eager attention on CPU keeps
+    rollout and learner log-probs equal to 1e-5; GPU learners pass "sdpa"."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model, tokenizer
 

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from rayrl.config import Config
 from rayrl.engines.learner.checkpoint import export_hf, load_extra_state, save_extra_state
-from rayrl.engines.learner.fsdp_backend import learner_device
+from rayrl.engines.learner.fsdp_backend import attention_for, learner_device
 from rayrl.engines.learner.microbatch import MicroBatch
 from rayrl.engines.learner.policy_step import torch_dist_data_parallel, train_step
 from rayrl.engines.learner.schedule import make_scheduler
@@ -43,7 +43,7 @@ class DeepSpeedLearner:
         torch.manual_seed(cfg.learner.seed)
         self.cfg, self.device = cfg, learner_device(cfg)
         self._gathered = deepspeed.zero.GatheredParameters
-        model, self.tokenizer = load_policy(model_path)
+        model, self.tokenizer = load_policy(model_path, attention_for(self.device))
         self.hf_config = model.config
         if cfg.learner.activation_checkpointing:
             model.gradient_checkpointing_enable()
@@ -52,7 +52,7 @@ class DeepSpeedLearner:
             lr_scheduler=lambda opt: make_scheduler(opt, cfg.learner))
         self.ref_engine = None
         if cfg.algorithm.beta > 0:
-            ref = load_policy(model_path)[0].eval().requires_grad_(False)
+            ref = load_policy(model_path, attention_for(self.device))[0].eval().requires_grad_(False)
             self.ref_engine = deepspeed.initialize(model=ref, config=ds_config(cfg, train=False))[0]
         self.dp = torch_dist_data_parallel()
         self.version = 0

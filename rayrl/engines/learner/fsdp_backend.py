@@ -31,17 +31,22 @@ def learner_device(cfg: Config) -> torch.device:
         else torch.device("cpu")
 
 
+def attention_for(device: torch.device) -> str:
+    """SDPA kernels on GPU; eager on CPU, where the exact-equality tests run."""
+    return "sdpa" if device.type == "cuda" else "eager"
+
+
 class FSDPLearner:
     def __init__(self, cfg: Config, model_path: str, num_threads: int = 1) -> None:
         torch.set_num_threads(max(1, num_threads))
         torch.manual_seed(cfg.learner.seed)
         self.cfg, self.device = cfg, learner_device(cfg)
         self.mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
-        model, self.tokenizer = load_policy(model_path)
+        model, self.tokenizer = load_policy(model_path, attention_for(self.device))
         self.model = self._shard(model)
         self.ref_model = None
         if cfg.algorithm.beta > 0:
-            self.ref_model = self._shard(load_policy(model_path)[0].eval().requires_grad_(False))
+            self.ref_model = self._shard(load_policy(model_path, attention_for(self.device))[0].eval().requires_grad_(False))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learner.lr,
                                            weight_decay=cfg.learner.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, cfg.learner)
