@@ -20,7 +20,6 @@ class WeightBroadcaster:
     def __init__(self, cfg: Config, learner_group, rollouts: list) -> None:
         self.cfg, self.learners, self.rollouts = cfg, learner_group, rollouts
         self.plan = None
-        self.history: list[WeightVersion] = []
 
     def setup(self) -> dict:
         """Create the sync group (learner rank 0 = rank 0) and agree on the bucket plan."""
@@ -39,6 +38,4 @@ class WeightBroadcaster:
         ray.get([w.begin_weight_update.remote() for w in self.rollouts])
         ray.get(self.learners.send_weights(self.plan) + [w.receive_weights.remote(self.plan) for w in self.rollouts])
         ray.get([w.end_weight_update.remote(version) for w in self.rollouts])
-        done = WeightVersion(version, self.plan.n_tensors, self.plan.n_bytes, time.perf_counter() - t0)
-        self.history.append(done)
-        return done
+        return WeightVersion(version, self.plan.n_tensors, self.plan.n_bytes, time.perf_counter() - t0)

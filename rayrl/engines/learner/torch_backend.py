@@ -9,6 +9,7 @@ import torch
 
 from rayrl.batching import token_logprobs
 from rayrl.config import Config
+from rayrl.engines.learner.checkpoint import load_extra_state, save_extra_state
 from rayrl.engines.learner.microbatch import MicroBatch
 from rayrl.engines.learner.policy_step import DataParallel, train_step
 from rayrl.engines.learner.schedule import make_scheduler
@@ -77,13 +78,10 @@ class TorchLearner:
         out.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(out)
         self.tokenizer.save_pretrained(out)
-        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                    "rng": torch.get_rng_state(), "version": self.version}, out / "trainer_state.pt")
+        torch.save(self.optimizer.state_dict(), out / "optimizer.pt")
+        save_extra_state(out, self.scheduler, self.version)
 
     def load(self, path: str) -> None:
         self.model.load_state_dict(load_policy(path)[0].state_dict())
-        state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"])
-        self.version = state["version"]
+        self.optimizer.load_state_dict(torch.load(Path(path) / "optimizer.pt"))
+        self.version = load_extra_state(Path(path), self.scheduler)

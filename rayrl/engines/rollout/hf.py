@@ -86,8 +86,9 @@ class HFRolloutEngine:
         for b, (r, _) in enumerate(rows):
             ids[b, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
             mask[b, width - len(r.prompt_ids):] = 1
-        temps = torch.tensor([r.temperature for r, _ in rows]).unsqueeze(1)
-        greedy = temps.squeeze(1) == 0
+        temps = torch.tensor([r.temperature for r, _ in rows])
+        greedy = temps == 0
+        divisor = torch.where(greedy, 1.0, temps).unsqueeze(1)  # greedy rows report T=1 log-probs
         max_new = max(r.max_new_tokens for r, _ in rows)
         limits = torch.tensor([r.max_new_tokens for r, _ in rows])
         stops_at_eos = torch.tensor([not r.ignore_eos for r, _ in rows])
@@ -98,7 +99,7 @@ class HFRolloutEngine:
         step_out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
         for t in range(max_new):
             logits = step_out.logits[:, -1].float()
-            logp = torch.log_softmax(logits / torch.where(greedy, 1.0, temps.squeeze(1)).unsqueeze(1), -1)
+            logp = torch.log_softmax(logits / divisor, -1)
             sampled = torch.multinomial(logp.exp(), 1).squeeze(1)
             tok = torch.where(greedy, logits.argmax(-1), sampled)
             tok = torch.where(done, torch.full_like(tok, pad), tok)
