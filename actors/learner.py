@@ -104,12 +104,12 @@ class LearnerWorker:
 class LearnerGroup:
     """N LearnerWorker actors, one per placement bundle, named learner-<rank>."""
 
-    def __init__(self, cfg: Config, model_path: str, placement) -> None:
+    def __init__(self, cfg: Config, model_path: str, placement, namespace: str | None = None) -> None:
         n = cfg.learner.num_workers
         rank0 = placement.actor_options("learner", 0)["scheduling_strategy"]
         master = ray.get(_rendezvous_address.options(scheduling_strategy=rank0).remote())
         self.workers = [
-            LearnerWorker.options(name=f"learner-{r}", **placement.actor_options("learner", r))
+            LearnerWorker.options(name=f"learner-{r}", namespace=namespace, **placement.actor_options("learner", r))
             .remote(r, n, cfg, model_path, placement.threads("learner"), master)
             for r in range(n)
         ]

@@ -39,6 +39,8 @@ class Trainer:
         self.train_tasks, self.eval_tasks = split(cfg.data)
         name = cfg.metrics.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(cfg.metrics.run_dir) / name
+        # role names (rollout-0, buffer, ...) live in a namespace of this run, so runs never collide
+        self.namespace = f"rayrl-{name}"
         self.actors: list = []
 
     # ---- setup ------------------------------------------------------------------------------
@@ -53,25 +55,27 @@ class Trainer:
         from transformers import AutoTokenizer
 
         template_ref = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(self.model_path)))  # once
-        service = self.placement.actor_options("service")
-        self.queue = Queue(actor_options={"num_cpus": 0, "name": "prompts"})
-        self.buffer = TrajectoryBuffer.options(name="buffer", **service).remote(
+        self.queue = Queue(actor_options={"num_cpus": 0, "name": "prompts", "namespace": self.namespace})
+        self.buffer = TrajectoryBuffer.options(**self._named("buffer", "service")).remote(
             cfg.rollout.batch_size, cfg.rollout.max_staleness)
-        self.rewards = [RewardActor.options(name=f"reward-{i}", **service).remote(cfg)
+        self.rewards = [RewardActor.options(**self._named(f"reward-{i}", "service")).remote(cfg)
                         for i in range(cfg.reward.num_actors)]
         self.rollouts = [
-            RolloutWorker.options(name=f"rollout-{i}", **self.placement.actor_options("rollout", i)).remote(
+            RolloutWorker.options(**self._named(f"rollout-{i}", "rollout", i)).remote(
                 i, cfg, self.model_path, template_ref, self.queue, self.buffer, self.rewards,
                 self.placement.threads("rollout"))
             for i in range(cfg.rollout.num_workers)
         ]
-        self.learners = LearnerGroup(cfg, self.model_path, self.placement)
-        self.broadcaster = WeightBroadcaster.options(name="broadcaster", **service).remote(
+        self.learners = LearnerGroup(cfg, self.model_path, self.placement, namespace=self.namespace)
+        self.broadcaster = WeightBroadcaster.options(**self._named("broadcaster", "service")).remote(
             cfg, self.learners, self.rollouts)
         self.sync_info = ray.get(self.broadcaster.setup.remote())
         self.actors = [self.buffer, *self.rewards, *self.rollouts, *self.learners.workers, self.broadcaster]
         self.prompts = endless(self.train_tasks, cfg.data.seed)
         self.queued = 0
+
+    def _named(self, name: str, role: str, index: int = 0) -> dict:
+        return {"name": name, "namespace": self.namespace, **self.placement.actor_options(role, index)}
 
     # ---- pieces of a step --------------------------------------------------------------------
     def feed(self, upto: int) -> None:

@@ -19,7 +19,7 @@ def trainer(ray_cluster, make_cfg):
 
 def test_actors_have_role_names(trainer):
     for name in ("rollout-0", "reward-0", "learner-0", "buffer", "broadcaster", "prompts"):
-        assert ray.get_actor(name) is not None
+        assert ray.get_actor(name, namespace=trainer.namespace) is not None
 
 
 def test_rollout_logprobs_match_learner_after_every_sync(trainer):
