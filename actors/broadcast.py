@@ -24,10 +24,12 @@ class WeightBroadcaster:
     def setup(self) -> dict:
         """Create the sync group (learner rank 0 = rank 0) and agree on the bucket plan."""
         addr, port = ray.get(self.learners.rank0.weight_sync_address.remote())
-        world = 1 + len(self.rollouts)
+        ranks = ray.get([w.sync_ranks.remote() for w in self.rollouts])  # vLLM: one per tensor-parallel shard
+        offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
+        world = 1 + sum(ranks)
         info = lambda rank: GroupInfo(addr, port, world, rank, self.cfg.sync.timeout_s)  # noqa: E731
         ray.get([self.learners.rank0.init_weight_sync.remote(info(0))]
-                + [w.init_weight_transfer.remote(info(i + 1)) for i, w in enumerate(self.rollouts)])
+                + [w.init_weight_transfer.remote(info(off)) for w, off in zip(self.rollouts, offsets)])
         self.plan = ray.get(self.learners.rank0.weight_plan.remote(int(self.cfg.sync.bucket_mb * 2**20)))
         return {"tensors": self.plan.n_tensors, "bytes": self.plan.n_bytes, "buckets": len(self.plan.buckets)}
 

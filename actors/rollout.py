@@ -13,7 +13,7 @@ from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.registry import ROLLOUT_ENGINES, resolve
 from rayrl.metrics import RayCounters
-from rayrl.types import GenerationRequest, GroupMeta, Task, TrajectoryGroup
+from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
 
 
 @ray.remote(concurrency_groups={"gen": 4, "ctrl": 1})
@@ -22,14 +22,31 @@ class RolloutWorker:
                  buffer, rewards: list, num_threads: int) -> None:
         self.index, self.cfg = index, cfg
         self.template, self.queue, self.buffer, self.rewards = template, queue, buffer, rewards
-        self.engine = resolve(ROLLOUT_ENGINES, cfg.model.backend, "model.backend")(model_path, cfg, num_threads)
+        engine_cls = resolve(ROLLOUT_ENGINES, cfg.model.backend, "model.backend")
+        self.engine = engine_cls(model_path, cfg, num_threads, template.tokenizer)
         self.stopped = False
         self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0}
         self.metrics = RayCounters(f"rollout-{index}", {
             "rollout_samples_total": "samples generated", "rollout_tokens_total": "completion tokens",
-            "rollout_errors_total": "failed generation calls"})
+            "rollout_errors_total": "failed generation calls",
+            "rollout_aborted_total": "samples cut short (request timeout), returned with partial tokens"})
 
     # ---- generation ---------------------------------------------------------------------
+    @ray.method(concurrency_group="gen")
+    async def generate(self, requests: list[GenerationRequest]) -> list[Sample]:
+        """Raw requests in, samples out (no reward, no buffer): evaluation, benchmarks, your own loops."""
+        samples = await self.engine.generate(requests)
+        self._count(samples)
+        return samples
+
+    def _count(self, samples: list[Sample]) -> None:
+        n_tokens = sum(len(s.completion_ids) for s in samples)
+        self.totals["samples"] += len(samples)
+        self.totals["tokens"] += n_tokens
+        self.metrics.inc("rollout_aborted_total", sum(s.finish_reason == "abort" for s in samples))
+        self.metrics.inc("rollout_samples_total", len(samples))
+        self.metrics.inc("rollout_tokens_total", n_tokens)
+
     @ray.method(concurrency_group="gen")
     async def generate_groups(self, tasks: list[Task], n: int, temperature: float) -> list[TrajectoryGroup]:
         """n samples per task, unscored, one engine call."""
@@ -41,11 +58,7 @@ class RolloutWorker:
         by_id: dict[str, list] = {t.id: [] for t in tasks}
         for s in samples:
             by_id[s.request_id].append(s)
-        n_tokens = sum(len(s.completion_ids) for s in samples)
-        self.totals["samples"] += len(samples)
-        self.totals["tokens"] += n_tokens
-        self.metrics.inc("rollout_samples_total", len(samples))
-        self.metrics.inc("rollout_tokens_total", n_tokens)
+        self._count(samples)
         return [TrajectoryGroup(t, by_id[t.id]) for t in tasks]
 
     @ray.method(concurrency_group="gen")
@@ -73,7 +86,7 @@ class RolloutWorker:
                 scored = reward.score.remote(g)
                 await self.buffer.put.remote([scored], GroupMeta(g.task.id, g.min_version, len(g.samples)))
                 self.totals["groups"] += 1
-        return dict(self.totals)
+        return {**self.totals, **self.engine.counts}
 
     async def _pull(self, n: int) -> list[Task]:
         tasks = []
@@ -91,20 +104,29 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="ctrl")
     def stats(self) -> dict:
-        return {**self.totals, "version": self.engine.version}
+        return {**self.totals, "version": self.engine.version, **self.engine.counts}
 
     @ray.method(concurrency_group="ctrl")
-    def init_weight_transfer(self, group_info) -> None:
-        self.engine.init_weight_transfer(group_info)
+    def sync_ranks(self) -> int:
+        return self.engine.sync_ranks
 
     @ray.method(concurrency_group="ctrl")
-    def begin_weight_update(self) -> None:
-        self.engine.begin_weight_update()
+    async def init_weight_transfer(self, group_info) -> None:
+        await self.engine.init_weight_transfer(group_info)
 
     @ray.method(concurrency_group="ctrl")
-    def receive_weights(self, meta) -> None:
-        self.engine.receive_weights(meta)
+    async def begin_weight_update(self) -> None:
+        await self.engine.begin_weight_update()
 
     @ray.method(concurrency_group="ctrl")
-    def end_weight_update(self, version: int) -> None:
-        self.engine.end_weight_update(version)
+    async def receive_weights(self, meta) -> None:
+        await self.engine.receive_weights(meta)
+
+    @ray.method(concurrency_group="ctrl")
+    async def end_weight_update(self, version: int) -> None:
+        await self.engine.end_weight_update(version)
+
+    @ray.method(concurrency_group="ctrl")
+    def shutdown(self) -> None:
+        """Stop the engine (vLLM's engine process with it) before the actor is killed."""
+        self.engine.shutdown()

@@ -1,8 +1,11 @@
 """Turn the config into one placement group with a bundle per compute role instance.
 
-split:    one bundle per rollout worker and per learner rank, plus one service bundle.
+split:    one bundle per rollout worker (tensor_parallel_size bundles for a vLLM worker with TP > 1)
+          and per learner rank, plus one service bundle.
 colocate: rollout worker i and learner rank i share bundle i (each takes half of it).
 The service bundle holds the reward actors, buffer and broadcaster.
+A vLLM worker with TP > 1 holds no GPU itself: vLLM's Ray executor places its TP workers on the
+worker's bundles (VLLM_RAY_BUNDLE_INDICES), inside this placement group.
 """
 
 from __future__ import annotations
@@ -28,15 +31,21 @@ class PlacementPlan:
         if learner_only:
             r = r.model_copy(update={"num_workers": 0})
         gpu = 1.0 if cfg.cluster.n_gpus_per_node > 0 else 0.0
+        self.tp = r.tensor_parallel_size if cfg.model.backend == "vllm" else 1
         self.slots: dict[str, list[int]] = {}
         self.share = {"rollout": r.cpus_per_worker, "learner": l.cpus_per_worker, "service": 0.0}
         self.gpus = {"rollout": gpu, "learner": gpu, "service": 0.0}
         if p.mode == "split":
-            self.bundles = [_bundle(r.cpus_per_worker, gpu)] * r.num_workers \
-                + [_bundle(l.cpus_per_worker, gpu)] * l.num_workers
-            self.slots["rollout"] = list(range(r.num_workers))
-            self.slots["learner"] = list(range(r.num_workers, r.num_workers + l.num_workers))
+            n_roll = r.num_workers * self.tp
+            self.bundles = [_bundle(r.cpus_per_worker, gpu)] * n_roll + [_bundle(l.cpus_per_worker, gpu)] * l.num_workers
+            self.slots["rollout"] = list(range(0, n_roll, self.tp))  # each worker's first bundle
+            self.slots["learner"] = list(range(n_roll, n_roll + l.num_workers))
+            if self.tp > 1:
+                self.gpus["rollout"] = 0.0
         else:
+            if self.tp > 1:
+                raise ValueError("placement.mode=colocate supports rollout.tensor_parallel_size=1 only; "
+                                 "use placement.mode=split")
             if r.num_workers != l.num_workers or learner_only:
                 raise ValueError(f"placement.mode=colocate needs rollout.num_workers == learner.num_workers, "
                                  f"got {r.num_workers} and {l.num_workers}")
@@ -69,12 +78,18 @@ class PlacementPlan:
 
     def actor_options(self, role: str, index: int = 0) -> dict:
         slots = self.slots[role]
-        return {
+        first = slots[index % len(slots)]
+        tp_rollout = role == "rollout" and self.tp > 1
+        options = {
             "num_cpus": self.share[role],
             "num_gpus": self.gpus[role],
             "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                self.group, placement_group_bundle_index=slots[index % len(slots)]),
+                self.group, placement_group_bundle_index=first, placement_group_capture_child_tasks=tp_rollout),
         }
+        if tp_rollout:  # vLLM's Ray executor puts its TP workers on these bundles of this group
+            bundles = ",".join(str(b) for b in range(first, first + self.tp))
+            options["runtime_env"] = {"env_vars": {"VLLM_RAY_BUNDLE_INDICES": bundles}}
+        return options
 
     def threads(self, role: str) -> int:
         """Torch threads for an actor of this role: its CPU share, at least one."""

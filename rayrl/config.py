@@ -51,7 +51,7 @@ class ModelBuildConfig(_Section):
 
 class ModelConfig(_Section):
     path: str | None = None  # a local Hugging Face directory; None builds one from `build`
-    backend: Literal["hf"] = "hf"
+    backend: Literal["hf", "vllm"] = "hf"  # rollout engine: hf (pure torch) or vllm (AsyncLLM)
     build: ModelBuildConfig = ModelBuildConfig()
     cache_dir: str = "~/.cache/rayrl/models"
 
@@ -66,6 +66,19 @@ class RolloutConfig(_Section):
     max_staleness: int = Field(1, ge=0)  # η; 0 is synchronous RL
     groups_per_call: int = Field(4, ge=1)  # prompt groups one engine call batches together
     queue_poll_s: float = Field(0.5, gt=0)
+    request_timeout_s: float = Field(600.0, gt=0)  # past it a request is aborted, returned with its partial tokens
+    # vLLM engine (model.backend=vllm)
+    tensor_parallel_size: int = Field(1, ge=1)  # GPUs per rollout worker, through vLLM's Ray executor
+    max_model_len: int | None = None  # None: the model's max_position_embeddings
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)  # on CPU vLLM reads it as a share of RAM
+    kv_cache_gb: float | None = None  # fixed KV-cache size; None: from gpu_memory_utilization on GPU
+    cpu_kv_cache_gb: float = Field(1.0, gt=0)  # KV-cache size on a CPU-only cluster when kv_cache_gb is None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: the checkpoint's dtype
+    enforce_eager: bool = False  # skip CUDA graphs: faster start, slower decode
+    enable_prefix_caching: bool = True
+    # a weight update preempts in-flight requests and recomputes their KV cache with the new weights;
+    # False keeps the KV entries the old weights wrote (faster resume, slightly off-policy prefix)
+    recompute_kv_on_sync: bool = True
 
 
 class RewardConfig(_Section):
@@ -115,7 +128,7 @@ class AlgorithmConfig(_Section):
 
 
 class SyncConfig(_Section):
-    transport: Literal["gloo"] = "gloo"
+    transport: Literal["gloo", "nccl"] = "gloo"  # nccl: GPU, vLLM's native engine (model.backend=vllm)
     bucket_mb: float = Field(32.0, gt=0)
     timeout_s: float = Field(120.0, gt=0)
 
@@ -166,6 +179,17 @@ class Config(_Section):
     data: DataConfig = DataConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     metrics: MetricsConfig = MetricsConfig()
+
+    @model_validator(mode="after")
+    def _engines_fit(self) -> "Config":
+        gpus = self.cluster.n_gpus_per_node > 0
+        if self.sync.transport == "nccl" and not (gpus and self.model.backend == "vllm"):
+            raise ValueError("sync.transport=nccl needs GPUs (cluster.n_gpus_per_node > 0) and model.backend=vllm; "
+                             "on CPU or with model.backend=hf use sync.transport=gloo")
+        if self.rollout.tensor_parallel_size > 1 and not (gpus and self.model.backend == "vllm"):
+            raise ValueError("rollout.tensor_parallel_size > 1 needs model.backend=vllm and GPUs "
+                             "(cluster.n_gpus_per_node > 0)")
+        return self
 
 
 def _known_keys(model: type[BaseModel], prefix: str = "") -> list[str]:

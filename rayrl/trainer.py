@@ -148,6 +148,7 @@ class Trainer:
             "generation_s_per_step": self.rollout_totals["gen_s"] / cfg.learner.total_steps
             / max(1, len(self.rollouts)),
             "unused_groups": unused, "reward_failures": self.reward_failures(),
+            "aborted_samples": self.rollout_totals["aborted"],
             "max_staleness": eta, "run_dir": str(self.run_dir), "model_path": self.model_path,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -168,6 +169,8 @@ class Trainer:
         return {k: sum(c.get(k, 0) for c in counts) for k in ("error", "timeout")}
 
     def close(self) -> None:
+        if getattr(self, "rollouts", None):  # vLLM engines run processes of their own; stop them first
+            ray.wait([w.shutdown.remote() for w in self.rollouts], num_returns=len(self.rollouts), timeout=60)
         for a in self.actors:
             ray.kill(a)
         if getattr(self, "queue", None) is not None:

@@ -24,6 +24,7 @@ class GenerationRequest(msgspec.Struct):
     max_new_tokens: int
     temperature: float
     ignore_eos: bool = False  # generate exactly max_new_tokens (benchmarks, interruption tests)
+    timeout_s: float | None = None  # None: rollout.request_timeout_s; past it the request is aborted
 
 
 class Sample(msgspec.Struct):

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import importlib
 
-ROLLOUT_ENGINES = {"hf": "rayrl.engines.rollout.hf:HFRolloutEngine"}
+ROLLOUT_ENGINES = {
+    "hf": "rayrl.engines.rollout.hf:HFRolloutEngine",
+    "vllm": "rayrl.engines.rollout.vllm_async:VLLMRolloutEngine",
+}
 LEARNER_BACKENDS = {
     "torch": "rayrl.engines.learner.torch_backend:TorchLearner",
     "fsdp": "rayrl.engines.learner.fsdp_backend:FSDPLearner",
     "deepspeed": "rayrl.engines.learner.deepspeed_backend:DeepSpeedLearner",
 }
-WEIGHT_TRANSPORTS = {"gloo": "rayrl.engines.transport.gloo:GlooTransport"}
+WEIGHT_TRANSPORTS = {
+    "gloo": "rayrl.engines.transport.gloo:GlooTransport",
+    "nccl": "rayrl.engines.transport.nccl:NcclTransport",
+}
 
 
 def resolve(table: dict[str, str], key: str, what: str):

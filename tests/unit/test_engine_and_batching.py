@@ -1,5 +1,6 @@
 """The hf rollout engine against the learner's log-probs, and interruption between tokens (no Ray)."""
 
+import asyncio
 import threading
 import time
 
@@ -64,11 +65,11 @@ def test_pause_mid_generation_tags_two_versions(setup):
     worker.start()
     while engine.decode_steps < start + 5:
         time.sleep(0.001)
-    engine.begin_weight_update()  # returns once the decode loop is parked at a token boundary
+    asyncio.run(engine.begin_weight_update())  # returns once the decode loop is parked at a token boundary
     parked_at = engine.decode_steps
     time.sleep(0.05)
     assert engine.decode_steps == parked_at  # nothing generated while paused
-    engine.end_weight_update(engine.version + 1)
+    asyncio.run(engine.end_weight_update(engine.version + 1))
     worker.join(timeout=60)
     versions = result["s"].versions
     assert len(versions) == 120 and result["s"].finish_reason == "length"

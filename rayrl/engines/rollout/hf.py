@@ -53,14 +53,18 @@ class _PauseGate:
 
 
 class HFRolloutEngine:
-    def __init__(self, model_path: str, cfg: Config, num_threads: int = 1) -> None:
+    def __init__(self, model_path: str, cfg: Config, num_threads: int = 1, tokenizer=None) -> None:
         torch.set_num_threads(max(1, num_threads))
-        self.model, self.tokenizer = load_policy(model_path)
+        self.model, own_tokenizer = load_policy(model_path)
+        self.tokenizer = tokenizer or own_tokenizer
         self.model.eval()
         # transformers >= 5.2x names the KV cache `cache`; older 5.x releases call it `past_key_values`
         self._cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         self.cfg = cfg
         self.version = 0
+        self.sync_ranks = 1
+        # this engine runs every request to its end (no timeouts); tokens_streamed counts decode steps
+        self.counts = {"aborted": 0, "timed_out": 0, "tokens_streamed": 0}
         self.decode_steps = 0  # tokens generated per row so far, summed over calls
         self._gate = _PauseGate()
         self._transport = None
@@ -108,6 +112,7 @@ class HFRolloutEngine:
             out_ver.append(self.version)
             done |= ((tok == eos) & stops_at_eos) | (t + 1 >= limits)
             self.decode_steps += 1
+            self.counts["tokens_streamed"] += 1
             if bool(done.all()):
                 break
             self._gate.checkpoint()  # a weight update may happen here; later tokens get the new version
@@ -132,23 +137,26 @@ class HFRolloutEngine:
             ))
         return samples
 
-    # ---- control ----------------------------------------------------------------------
-    def pause(self) -> None:
-        self._gate.pause()
+    # ---- control (blocking work runs on a thread; generation keeps its own) ------------
+    async def pause(self) -> None:
+        await asyncio.to_thread(self._gate.pause)
 
-    def resume(self) -> None:
+    async def resume(self) -> None:
         self._gate.resume()
 
-    def init_weight_transfer(self, group_info) -> None:
+    async def init_weight_transfer(self, group_info) -> None:
         self._transport = resolve(WEIGHT_TRANSPORTS, self.cfg.sync.transport, "sync.transport")()
-        self._transport.init(group_info)
+        await asyncio.to_thread(self._transport.init, group_info)
 
-    def begin_weight_update(self) -> None:
-        self.pause()
+    async def begin_weight_update(self) -> None:
+        await self.pause()
 
-    def receive_weights(self, meta) -> None:
+    async def receive_weights(self, meta) -> None:
         if self._transport is None:
             raise RuntimeError("receive_weights before init_weight_transfer")
+        await asyncio.to_thread(self._load, meta)
+
+    def _load(self, meta) -> None:
         params = dict(self.model.named_parameters())
         with torch.no_grad():
             for name, tensor in self._transport.receive(meta):
@@ -156,6 +164,9 @@ class HFRolloutEngine:
                     raise KeyError(f"weight '{name}' from the learner is not a parameter of the rollout model")
                 params[name].copy_(tensor)
 
-    def end_weight_update(self, version: int) -> None:
+    async def end_weight_update(self, version: int) -> None:
         self.version = version
-        self.resume()
+        await self.resume()
+
+    def shutdown(self) -> None:
+        pass

@@ -36,6 +36,7 @@ class BucketPlan(msgspec.Struct, frozen=True):
     """Tensors in send order, cut into buckets of at most bucket_bytes (one tensor may exceed it)."""
 
     buckets: list[list[TensorSpec]]
+    bucket_bytes: int = 0  # the cut size; vLLM's packed NCCL engine needs the same on both ends
 
     @property
     def n_bytes(self) -> int:
@@ -55,7 +56,7 @@ def plan_buckets(specs: Iterable[TensorSpec], bucket_bytes: int) -> BucketPlan:
             size = 0
         buckets[-1].append(spec)
         size += spec.nbytes
-    return BucketPlan([b for b in buckets if b])
+    return BucketPlan([b for b in buckets if b], bucket_bytes)
 
 
 def pack(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -69,6 +70,17 @@ def unpack(buffer: torch.Tensor, specs: list[TensorSpec]) -> Iterator[tuple[str,
         n = s.nbytes
         yield s.name, buffer[offset: offset + n].view(getattr(torch, s.dtype)).view(s.shape)
         offset += n
+
+
+def checked_in_plan_order(named_tensors: Iterable[tuple[str, torch.Tensor]],
+                          plan: BucketPlan) -> Iterator[tuple[str, torch.Tensor]]:
+    """Pass tensors through, raising if one arrives out of the agreed order or shape."""
+    it = iter(named_tensors)
+    for spec in (s for bucket in plan.buckets for s in bucket):
+        name, t = next(it)
+        if name != spec.name or tuple(t.shape) != spec.shape:
+            raise ValueError(f"weight order changed: expected {spec.name}{spec.shape}, got {name}{tuple(t.shape)}")
+        yield name, t
 
 
 class WeightTransport(Protocol):

@@ -9,7 +9,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from rayrl.engines.transport.base import BucketPlan, GroupInfo, pack, unpack
+from rayrl.engines.transport.base import BucketPlan, GroupInfo, checked_in_plan_order, pack, unpack
 
 
 class GlooTransport:
@@ -28,16 +28,9 @@ class GlooTransport:
 
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], plan: BucketPlan) -> None:
         """Consume tensors in plan order; broadcast each bucket as soon as it is full."""
-        it = iter(named_tensors)
+        it = checked_in_plan_order(named_tensors, plan)
         for bucket in plan.buckets:
-            tensors = []
-            for spec in bucket:
-                name, t = next(it)
-                if name != spec.name or tuple(t.shape) != spec.shape:
-                    raise ValueError(f"weight order changed: expected {spec.name}{spec.shape}, "
-                                     f"got {name}{tuple(t.shape)}")
-                tensors.append(t)
-            self._broadcast(pack(tensors))
+            self._broadcast(pack([next(it)[1] for _ in bucket]))
 
     def receive(self, plan: BucketPlan) -> Iterator[tuple[str, torch.Tensor]]:
         for bucket in plan.buckets:

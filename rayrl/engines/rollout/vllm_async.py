@@ -1,0 +1,170 @@
+"""Rollout engine over vLLM's AsyncLLM: streaming requests, per-token policy versions,
+timeouts that abort and keep partial tokens, and interruptible weight updates
+(pause with in-flight requests kept -> receive weights -> resume on the new weights).
+
+AsyncLLM lives on an event loop of its own (a daemon thread), so callers on any loop or
+thread (Ray's concurrency groups each have one) can drive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+from pathlib import Path
+
+from rayrl.config import Config
+from rayrl.engines.rollout.vllm_weight_sync import VLLMWeightSync
+from rayrl.types import GenerationRequest, Sample
+
+SETTLE_TICK_S = 0.01  # after a pause, outputs already produced finish arriving within a few ticks
+
+
+class EngineStartError(RuntimeError):
+    """vLLM could not start; the message names the cause and the config knob to change."""
+
+
+def check_engine_inputs(model_path: str, cfg: Config) -> dict:
+    """Fail before starting vLLM on a bad model path or an impossible max_model_len; returns config.json."""
+    config_file = Path(model_path) / "config.json"
+    if not config_file.is_file():
+        raise EngineStartError(f"model.path '{model_path}' has no config.json; "
+                               "give a local Hugging Face model directory")
+    hf_config = json.loads(config_file.read_text())
+    limit = hf_config.get("max_position_embeddings")
+    want = cfg.rollout.max_model_len
+    if want is not None and limit is not None and want > limit:
+        raise EngineStartError(f"rollout.max_model_len={want} exceeds the model's max_position_embeddings={limit}; "
+                               f"set rollout.max_model_len <= {limit} or leave it unset")
+    return hf_config
+
+
+def engine_dtype(cfg: Config, hf_config: dict) -> str:
+    """rollout.dtype, with "auto" meaning the checkpoint's own dtype (vLLM on CPU would downcast fp32 to bf16)."""
+    if cfg.rollout.dtype != "auto":
+        return cfg.rollout.dtype
+    return hf_config.get("dtype") or hf_config.get("torch_dtype") or "auto"
+
+
+class VLLMRolloutEngine:
+    def __init__(self, model_path: str, cfg: Config, num_threads: int, tokenizer) -> None:
+        self.dtype = engine_dtype(cfg, check_engine_inputs(model_path, cfg))
+        self.cfg, self.tokenizer = cfg, tokenizer
+        self.version = 0
+        self.sync_ranks = cfg.rollout.tensor_parallel_size  # ranks this engine adds to the weight-sync group
+        self.counts = {"aborted": 0, "timed_out": 0, "tokens_streamed": 0}
+        self._outputs_seen = 0
+        self._weights = VLLMWeightSync(cfg.sync.transport)
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True).start()
+        self.llm = self._on_loop_blocking(self._start(model_path))
+
+    # ---- the engine's own loop --------------------------------------------------------
+    def _on_loop_blocking(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    async def _on_loop(self, coro):
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    async def _start(self, model_path: str):
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        r = self.cfg.rollout
+        kv_gb = r.kv_cache_gb if r.kv_cache_gb is not None or self.cfg.cluster.n_gpus_per_node > 0 \
+            else r.cpu_kv_cache_gb
+        args = AsyncEngineArgs(
+            model=model_path, skip_tokenizer_init=True, dtype=self.dtype, max_model_len=r.max_model_len,
+            gpu_memory_utilization=r.gpu_memory_utilization,
+            kv_cache_memory_bytes=None if kv_gb is None else int(kv_gb * 2**30),
+            tensor_parallel_size=r.tensor_parallel_size,
+            distributed_executor_backend="ray" if r.tensor_parallel_size > 1 else None,
+            enforce_eager=r.enforce_eager, enable_prefix_caching=r.enable_prefix_caching,
+            logprobs_mode="processed_logprobs",  # behaviour log-probs at the sampling temperature
+            seed=self.cfg.learner.seed, disable_log_stats=True, **self._weights.engine_args())
+        try:
+            return AsyncLLM.from_engine_args(args)
+        except Exception as err:  # vLLM reports the root cause in its log; name the knobs here
+            raise EngineStartError(
+                f"vLLM failed to start for '{model_path}' ({type(err).__name__}: {err}). If the log above shows "
+                "out-of-memory or too few KV-cache blocks, lower rollout.max_model_len, or raise "
+                "rollout.gpu_memory_utilization / rollout.kv_cache_gb, or raise rollout.tensor_parallel_size"
+            ) from err
+
+    # ---- generation -------------------------------------------------------------------
+    async def generate(self, requests: list[GenerationRequest]) -> list[Sample]:
+        return await self._on_loop(self._generate_all(requests))
+
+    async def _generate_all(self, requests: list[GenerationRequest]) -> list[Sample]:
+        parts = await asyncio.gather(*(self._generate_one(r) for r in requests))
+        return [s for part in parts for s in part]
+
+    async def _generate_one(self, r: GenerationRequest) -> list[Sample]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(n=r.n, max_tokens=r.max_new_tokens, temperature=r.temperature, logprobs=0,
+                                ignore_eos=r.ignore_eos, detokenize=False, output_kind=RequestOutputKind.DELTA,
+                                stop_token_ids=[] if r.ignore_eos else [self.tokenizer.eos_token_id])
+        rid = f"{r.request_id}-{uuid.uuid4().hex[:8]}"
+        tokens, logps, versions = ([[] for _ in range(r.n)] for _ in range(3))
+        finish = ["abort"] * r.n
+        timed_out = []
+        timeout = self.cfg.rollout.request_timeout_s if r.timeout_s is None else r.timeout_s
+        timer = self._loop.call_later(timeout, self._expire, rid, timed_out)
+        try:
+            async for out in self.llm.generate({"prompt_token_ids": list(r.prompt_ids)}, params, request_id=rid):
+                self._outputs_seen += 1
+                for c in out.outputs:
+                    new = list(c.token_ids)
+                    tokens[c.index] += new
+                    logps[c.index] += [lp[t].logprob for lp, t in zip(c.logprobs or [], new)]
+                    versions[c.index] += [self.version] * len(new)
+                    self.counts["tokens_streamed"] += len(new)
+                    if c.finish_reason is not None:
+                        finish[c.index] = c.finish_reason
+        finally:
+            timer.cancel()
+        self.counts["aborted"] += finish.count("abort")
+        self.counts["timed_out"] += len(timed_out) * r.n
+        return [Sample(request_id=r.request_id, prompt_ids=list(r.prompt_ids), completion_ids=tokens[i],
+                       logprobs=logps[i], versions=versions[i], finish_reason=finish[i],
+                       text=self.tokenizer.decode(tokens[i], skip_special_tokens=True)) for i in range(r.n)]
+
+    def _expire(self, rid: str, timed_out: list) -> None:
+        timed_out.append(rid)
+        self._loop.create_task(self.llm.abort(rid))
+
+    # ---- control ----------------------------------------------------------------------
+    async def pause(self) -> None:
+        await self._on_loop(self._pause())
+
+    async def _pause(self) -> None:
+        await self.llm.pause_generation(mode="keep", clear_cache=self.cfg.rollout.recompute_kv_on_sync)
+        seen = -1
+        while seen != self._outputs_seen:  # let tokens made before the pause arrive under the old version
+            seen = self._outputs_seen
+            await asyncio.sleep(SETTLE_TICK_S)
+
+    async def resume(self) -> None:
+        await self._on_loop(self.llm.resume_generation())
+
+    async def init_weight_transfer(self, group_info) -> None:
+        await self._on_loop(self._weights.init(self.llm, group_info))
+
+    async def begin_weight_update(self) -> None:
+        await self.pause()
+        await self._on_loop(self._weights.start(self.llm))
+
+    async def receive_weights(self, meta) -> None:
+        await self._on_loop(self._weights.receive(self.llm, meta))
+
+    async def end_weight_update(self, version: int) -> None:
+        await self._on_loop(self._weights.finish(self.llm, version))
+        self.version = version
+        await self.resume()
+
+    def shutdown(self) -> None:
+        self.llm.shutdown()
+        self._loop.call_soon_threadsafe(self._loop.stop)

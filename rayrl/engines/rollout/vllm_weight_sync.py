@@ -1,0 +1,65 @@
+"""The adapter between the project's weight transports and vLLM's weight-transfer API.
+
+Every call into vLLM's init / start / update / finish weight-update methods goes through here,
+so API drift between vLLM releases (0.26 on the GPU machine, 0.27-0.32 on CPU, 0.33's new
+trainer API) is handled in one place.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import msgspec
+
+from rayrl.engines.transport.base import BucketPlan, GroupInfo
+
+# project transport -> the vLLM weight-transfer engine that receives it
+VLLM_ENGINE_FOR_TRANSPORT = {"gloo": "rayrl_gloo", "nccl": "nccl"}
+WORKER_EXTENSION = "rayrl.engines.rollout.vllm_gloo_engine.RayrlWorkerExtension"
+
+
+class VLLMWeightSync:
+    def __init__(self, transport: str) -> None:
+        if transport not in VLLM_ENGINE_FOR_TRANSPORT:
+            raise ValueError(f"sync.transport '{transport}' has no vLLM receiver; "
+                             f"use one of {sorted(VLLM_ENGINE_FOR_TRANSPORT)}")
+        self.transport = transport
+
+    def engine_args(self) -> dict:
+        """Keyword arguments for AsyncEngineArgs that switch weight transfer on."""
+        from vllm.config import WeightTransferConfig
+
+        args = {"weight_transfer_config": WeightTransferConfig(backend=VLLM_ENGINE_FOR_TRANSPORT[self.transport])}
+        if self.transport == "gloo":  # the worker imports it, which registers the gloo engine there
+            args["worker_extension_cls"] = WORKER_EXTENSION
+        return args
+
+    async def init(self, llm, group_info: GroupInfo) -> None:
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+
+        info = {"master_address": group_info.master_addr, "master_port": group_info.master_port,
+                "rank_offset": group_info.rank, "world_size": group_info.world_size}
+        if self.transport == "gloo":
+            info["timeout_s"] = group_info.timeout_s
+        await llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=info))
+
+    async def start(self, llm) -> None:
+        await llm.start_weight_update()
+
+    async def receive(self, llm, plan: BucketPlan) -> None:
+        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+
+        if self.transport == "gloo":
+            info = {"plan": msgspec.to_builtins(plan)}
+        else:
+            specs = [s for bucket in plan.buckets for s in bucket]
+            info = {"names": [s.name for s in specs], "dtype_names": [s.dtype for s in specs],
+                    "shapes": [list(s.shape) for s in specs], "packed": True,
+                    "packed_buffer_size_bytes": plan.bucket_bytes}
+        await llm.update_weights(WeightTransferUpdateRequest(update_info=info))
+
+    async def finish(self, llm, version: int) -> None:
+        if "weight_version" in inspect.signature(llm.finish_weight_update).parameters:  # vLLM >= 0.27
+            await llm.finish_weight_update(weight_version=str(version))
+        else:
+            await llm.finish_weight_update()

