@@ -140,7 +140,9 @@ class PlacementConfig(_Section):
 
 
 class DataConfig(_Section):
-    task: Literal["arithmetic"] = "arithmetic"
+    task: Literal["arithmetic", "gsm8k"] = "arithmetic"
+    path: str | None = None  # gsm8k: a local jsonl of {"question", "answer"}; None reads hf_dataset
+    hf_dataset: str = "openai/gsm8k"
     ops: list[Literal["+", "-", "*"]] = ["+"]
     min_operand: int = 0
     max_operand: int = 49

@@ -14,7 +14,7 @@ from ray.util.queue import Queue
 
 from rayrl.actors import LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
 from rayrl.config import Config, save_config
-from rayrl.data import PromptTemplate, endless, split
+from rayrl.data import PromptTemplate, endless, load_tasks
 from rayrl.metrics import Progress, RunLog
 from rayrl.models import build_model
 from rayrl.placement import PlacementPlan
@@ -36,7 +36,7 @@ def start_ray(cfg: Config, num_cpus: int) -> bool:
 class Trainer:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.train_tasks, self.eval_tasks = split(cfg.data)
+        self.train_tasks, self.eval_tasks = load_tasks(cfg.data)
         name = cfg.metrics.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(cfg.metrics.run_dir) / name
         # role names (rollout-0, buffer, ...) live in a namespace of this run, so runs never collide

@@ -1,6 +1,7 @@
 """Datasets, synthetic tasks and prompt templates."""
 
 from rayrl.data.arithmetic import endless, split
+from rayrl.data.tasks import load_tasks
 from rayrl.data.template import PromptTemplate
 
-__all__ = ["PromptTemplate", "endless", "split"]
+__all__ = ["PromptTemplate", "endless", "load_tasks", "split"]

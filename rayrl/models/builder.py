@@ -49,6 +49,9 @@ def build_model(cfg: Config) -> Path:
             raise FileNotFoundError(f"model.path '{cfg.model.path}' has no config.json; "
                                     "give a local Hugging Face model directory or leave model.path unset")
         return path
+    if cfg.data.task != "arithmetic":
+        raise ValueError(f"data.task={cfg.data.task} needs model.path (a local Hugging Face model directory); "
+                         "only the arithmetic task builds its own model")
     out = Path(cfg.model.cache_dir).expanduser() / f"qwen2-arith-{_build_hash(cfg)}"
     if (out / "config.json").is_file():
         return out
@@ -86,12 +89,12 @@ QWEN2_1_5B_SHAPE = dict(hidden_size=1536, intermediate_size=8960, num_hidden_lay
 
 
 def save_random_qwen2(out: str | os.PathLike, initializer_range: float = 0.02, dtype=torch.bfloat16,
-                      **shape) -> Path:
-    """A randomly initialised Qwen2 of the given shape plus the char tokenizer, saved offline.
+                      chars: list[str] = CHARS, **shape) -> Path:
+    """A randomly initialised Qwen2 of the given shape plus a char tokenizer over chars, saved offline.
 
     A large initializer_range makes next-token distributions peaked rather than near-uniform."""
     out = Path(out)
-    tokenizer = build_char_tokenizer()
+    tokenizer = build_char_tokenizer(chars)
     shape = {"vocab_size": len(tokenizer), **shape}
     config = Qwen2Config(**shape, max_position_embeddings=4096, tie_word_embeddings=shape["hidden_size"] < 2048,
                          initializer_range=initializer_range, bos_token_id=tokenizer.bos_token_id,

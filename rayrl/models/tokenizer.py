@@ -7,6 +7,7 @@ from transformers import PreTrainedTokenizerFast
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 CHARS = list("0123456789+-*=/() ?:.,abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\n")
+TEXT_CHARS = CHARS + [c for c in "!\"#$%&'<>[]_;@" if c not in CHARS]  # enough for GSM8K-style text
 
 
 def build_char_tokenizer(chars: list[str] = CHARS) -> PreTrainedTokenizerFast:

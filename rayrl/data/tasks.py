@@ -1,0 +1,16 @@
+"""data.task -> (train, held-out) task lists."""
+
+from __future__ import annotations
+
+from rayrl.config import DataConfig
+from rayrl.types import Task
+
+
+def load_tasks(cfg: DataConfig) -> tuple[list[Task], list[Task]]:
+    if cfg.task == "arithmetic":
+        from rayrl.data.arithmetic import split
+
+        return split(cfg)
+    from rayrl.data.gsm8k import split_gsm8k
+
+    return split_gsm8k(cfg)
