@@ -104,7 +104,7 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="ctrl")
     def stats(self) -> dict:
-        return {**self.totals, "version": self.engine.version, **self.engine.counts}
+        return {**self.totals, "version": self.engine.version, **self.engine.counts, "gpu_ids": ray.get_gpu_ids()}
 
     @ray.method(concurrency_group="ctrl")
     def sync_ranks(self) -> int:

@@ -74,6 +74,7 @@ class RolloutConfig(_Section):
     kv_cache_gb: float | None = None  # fixed KV-cache size; None: from gpu_memory_utilization on GPU
     cpu_kv_cache_gb: float = Field(1.0, gt=0)  # KV-cache size on a CPU-only cluster when kv_cache_gb is None
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: the checkpoint's dtype
+    load_format: Literal["auto", "dummy"] = "auto"  # dummy: random weights, no files read (benchmarks)
     enforce_eager: bool = False  # skip CUDA graphs: faster start, slower decode
     enable_prefix_caching: bool = True
     # a weight update preempts in-flight requests and recomputes their KV cache with the new weights;

@@ -75,7 +75,7 @@ class VLLMRolloutEngine:
         kv_gb = r.kv_cache_gb if r.kv_cache_gb is not None or self.cfg.cluster.n_gpus_per_node > 0 \
             else r.cpu_kv_cache_gb
         args = AsyncEngineArgs(
-            model=model_path, skip_tokenizer_init=True, dtype=self.dtype, max_model_len=r.max_model_len,
+            model=model_path, skip_tokenizer_init=True, dtype=self.dtype, load_format=r.load_format, max_model_len=r.max_model_len,
             gpu_memory_utilization=r.gpu_memory_utilization,
             kv_cache_memory_bytes=None if kv_gb is None else int(kv_gb * 2**30),
             tensor_parallel_size=r.tensor_parallel_size,
