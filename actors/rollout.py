@@ -86,7 +86,7 @@ class RolloutWorker:
                 scored = reward.score.remote(g)
                 await self.buffer.put.remote([scored], GroupMeta(g.task.id, g.min_version, len(g.samples)))
                 self.totals["groups"] += 1
-        return {**self.totals, **self.engine.counts}
+        return {**self.totals, **self.engine.stats()}
 
     async def _pull(self, n: int) -> list[Task]:
         tasks = []
@@ -104,7 +104,7 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="ctrl")
     def stats(self) -> dict:
-        return {**self.totals, "version": self.engine.version, **self.engine.counts, "gpu_ids": ray.get_gpu_ids()}
+        return {**self.totals, "version": self.engine.version, **self.engine.stats(), "gpu_ids": ray.get_gpu_ids()}
 
     @ray.method(concurrency_group="ctrl")
     def sync_ranks(self) -> int:

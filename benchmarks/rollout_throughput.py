@@ -32,7 +32,7 @@ from rayrl.types import GenerationRequest
 RAW = """
 import json, sys, time
 from vllm import LLM, SamplingParams
-args, prompts = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+args, prompts = json.loads(sys.argv[1]), json.load(open(sys.argv[2]))
 llm = LLM(**args["engine"])
 params = SamplingParams(**args["sampling"])
 llm.generate([{"prompt_token_ids": p} for p in prompts[:8]], params, use_tqdm=False)  # warm-up
@@ -57,8 +57,10 @@ def write_model_dir(out: Path, shape: dict) -> Path:
 
 def run_raw(engine: dict, sampling: dict, prompts: list[list[int]]) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    prompt_file = Path(tempfile.mkdtemp()) / "prompts.json"
+    prompt_file.write_text(json.dumps(prompts))  # too long for a command line
     proc = subprocess.run([sys.executable, "-c", RAW, json.dumps({"engine": engine, "sampling": sampling}),
-                           json.dumps(prompts)], capture_output=True, text=True, timeout=540, env=env)
+                           str(prompt_file)], capture_output=True, text=True, timeout=540, env=env)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RAW_RESULT ")), None)
     if line is None:
         raise RuntimeError(f"raw vLLM failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -91,15 +93,15 @@ def run_ours(model_dir: Path, overrides: list[str], prompts: list[list[int]], ma
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--smoke", action="store_true", help="tiny model on CPU, to check the script")
-    parser.add_argument("--prompts", type=int, default=256)
-    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--prompts", type=int, default=None, help="default 256 (smoke: 16)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="default 512 (smoke: 32)")
     args = parser.parse_args()
     if args.smoke:
         shape = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                      num_key_value_heads=1, head_dim=64, vocab_size=1000)
-        n_prompts, max_tokens, gpu = 16, 32, False
+        n_prompts, max_tokens, gpu = args.prompts or 16, args.max_tokens or 32, False
     else:
-        shape, n_prompts, max_tokens, gpu = dict(QWEN2_1_5B_SHAPE), args.prompts, args.max_tokens, True
+        shape, n_prompts, max_tokens, gpu = dict(QWEN2_1_5B_SHAPE), args.prompts or 256, args.max_tokens or 512, True
     model_dir = write_model_dir(Path(tempfile.mkdtemp()) / "model", shape)
     rng = random.Random(0)
     prompts = [[rng.randrange(4, shape["vocab_size"]) for _ in range(rng.randrange(32, 128))] for _ in range(n_prompts)]

@@ -130,7 +130,7 @@ class AlgorithmConfig(_Section):
 
 class SyncConfig(_Section):
     transport: Literal["gloo", "nccl"] = "gloo"  # nccl: GPU, vLLM's native engine (model.backend=vllm)
-    bucket_mb: float = Field(32.0, gt=0)
+    bucket_mb: float = Field(256.0, gt=0)  # packed-buffer size; vLLM warns of tensors bigger than it
     timeout_s: float = Field(120.0, gt=0)
 
 

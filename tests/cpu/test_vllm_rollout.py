@@ -45,9 +45,9 @@ def test_interruptible_generation_across_a_weight_update(trainer):
 
     prompt = groups[0]
     long = GenerationRequest("long", list(prompt.samples[0].prompt_ids), 4, 230, T, ignore_eos=True)
-    start = ray.get(rollout.stats.remote())["tokens_streamed"]
+    start = ray.get(rollout.stats.remote())["tokens_generated"]
     ref = rollout.generate.remote([long])
-    while ray.get(rollout.stats.remote())["tokens_streamed"] < start + 40:
+    while ray.get(rollout.stats.remote())["tokens_generated"] < start + 40:
         time.sleep(0.002)
     synced = ray.get(trainer.broadcaster.sync.remote(version))
     samples = ray.get(ref)

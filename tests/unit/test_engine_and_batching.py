@@ -87,3 +87,13 @@ def test_bucket_plan_pack_roundtrip():
         buf = pack([tensors[s.name] for s in bucket])
         for name, t in unpack(buf, bucket):
             assert torch.equal(t, tensors[name])
+
+
+def test_token_versions_from_update_boundaries():
+    from rayrl.engines.rollout.vllm_async import token_versions  # pure function; vLLM imported lazily
+
+    assert token_versions(5, [], 3) == [3] * 5
+    assert token_versions(5, [(2, 0)], 1) == [0, 0, 1, 1, 1]
+    assert token_versions(6, [(1, 0), (4, 1)], 2) == [0, 1, 1, 1, 2, 2]
+    assert token_versions(3, [(0, 0)], 1) == [1, 1, 1]  # queued during the update: all new
+    assert token_versions(2, [(2, 4)], 5) == [4, 4]  # finished before the update

@@ -13,7 +13,6 @@ class RolloutEngine(Protocol):
 
     version: int  # the policy version new tokens are tagged with
     sync_ranks: int  # how many ranks this engine adds to the weight-sync group
-    counts: dict[str, int]  # "aborted", "timed_out"
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Sample]: ...
 
@@ -28,5 +27,7 @@ class RolloutEngine(Protocol):
     async def receive_weights(self, meta: Any) -> None: ...
 
     async def end_weight_update(self, version: int) -> None: ...
+
+    def stats(self) -> dict: ...  # "aborted", "timed_out", "tokens_generated" (in-flight requests included)
 
     def shutdown(self) -> None: ...

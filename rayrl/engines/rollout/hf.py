@@ -63,8 +63,6 @@ class HFRolloutEngine:
         self.cfg = cfg
         self.version = 0
         self.sync_ranks = 1
-        # this engine runs every request to its end (no timeouts); tokens_streamed counts decode steps
-        self.counts = {"aborted": 0, "timed_out": 0, "tokens_streamed": 0}
         self.decode_steps = 0  # tokens generated per row so far, summed over calls
         self._gate = _PauseGate()
         self._transport = None
@@ -112,7 +110,6 @@ class HFRolloutEngine:
             out_ver.append(self.version)
             done |= ((tok == eos) & stops_at_eos) | (t + 1 >= limits)
             self.decode_steps += 1
-            self.counts["tokens_streamed"] += 1
             if bool(done.all()):
                 break
             self._gate.checkpoint()  # a weight update may happen here; later tokens get the new version
@@ -167,6 +164,10 @@ class HFRolloutEngine:
     async def end_weight_update(self, version: int) -> None:
         self.version = version
         await self.resume()
+
+    def stats(self) -> dict:
+        """This engine runs every request to its end (no timeouts); a decode step is one token per row."""
+        return {"aborted": 0, "timed_out": 0, "tokens_generated": self.decode_steps}
 
     def shutdown(self) -> None:
         pass

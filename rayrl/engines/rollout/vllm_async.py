@@ -47,14 +47,24 @@ def engine_dtype(cfg: Config, hf_config: dict) -> str:
     return hf_config.get("dtype") or hf_config.get("torch_dtype") or "auto"
 
 
+def token_versions(n_tokens: int, boundaries: list[tuple[int, int]], current: int) -> list[int]:
+    """Per-token policy versions from (tokens generated before an update, version before it) marks."""
+    versions, start = [], 0
+    for count, version in boundaries:
+        versions += [version] * (min(count, n_tokens) - start)
+        start = max(start, min(count, n_tokens))
+    return versions + [current] * (n_tokens - start)
+
+
 class VLLMRolloutEngine:
     def __init__(self, model_path: str, cfg: Config, num_threads: int, tokenizer) -> None:
         self.dtype = engine_dtype(cfg, check_engine_inputs(model_path, cfg))
         self.cfg, self.tokenizer = cfg, tokenizer
         self.version = 0
         self.sync_ranks = cfg.rollout.tensor_parallel_size  # ranks this engine adds to the weight-sync group
-        self.counts = {"aborted": 0, "timed_out": 0, "tokens_streamed": 0}
-        self._outputs_seen = 0
+        self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0}
+        self._boundaries: dict[str, list[tuple[int, int, int]]] = {}  # request -> (index, tokens so far, version)
+        self._finished = 0
         self._weights = VLLMWeightSync(cfg.sync.transport)
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True).start()
@@ -104,33 +114,41 @@ class VLLMRolloutEngine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        # FINAL_ONLY, as LLM.generate does: streaming every token to Python costs ~25% throughput.
+        # Per-token versions come from the token counts recorded at each weight update (_mark_boundaries).
         params = SamplingParams(n=r.n, max_tokens=r.max_new_tokens, temperature=r.temperature, logprobs=0,
-                                ignore_eos=r.ignore_eos, detokenize=False, output_kind=RequestOutputKind.DELTA,
+                                ignore_eos=r.ignore_eos, detokenize=False,
+                                output_kind=RequestOutputKind.FINAL_ONLY,
                                 stop_token_ids=[] if r.ignore_eos else [self.tokenizer.eos_token_id])
         rid = f"{r.request_id}-{uuid.uuid4().hex[:8]}"
-        tokens, logps, versions = ([[] for _ in range(r.n)] for _ in range(3))
-        finish = ["abort"] * r.n
+        self._boundaries[rid] = []
         timed_out = []
         timeout = self.cfg.rollout.request_timeout_s if r.timeout_s is None else r.timeout_s
         timer = self._loop.call_later(timeout, self._expire, rid, timed_out)
+        final = None
         try:
             async for out in self.llm.generate({"prompt_token_ids": list(r.prompt_ids)}, params, request_id=rid):
-                self._outputs_seen += 1
-                for c in out.outputs:
-                    new = list(c.token_ids)
-                    tokens[c.index] += new
-                    logps[c.index] += [lp[t].logprob for lp, t in zip(c.logprobs or [], new)]
-                    versions[c.index] += [self.version] * len(new)
-                    self.counts["tokens_streamed"] += len(new)
-                    if c.finish_reason is not None:
-                        finish[c.index] = c.finish_reason
+                final = out
         finally:
             timer.cancel()
-        self.counts["aborted"] += finish.count("abort")
+            boundaries = self._boundaries.pop(rid)
+        by_index = {c.index: c for c in (final.outputs if final is not None else [])}
+        samples = []
+        for i in range(r.n):
+            c = by_index.get(i)
+            tokens = list(c.token_ids) if c is not None else []
+            marks = [(count, version) for index, count, version in boundaries if index == i]
+            samples.append(Sample(
+                request_id=r.request_id, prompt_ids=list(r.prompt_ids), completion_ids=tokens,
+                logprobs=[lp[t].logprob for lp, t in zip(c.logprobs or [], tokens)] if c is not None else [],
+                versions=token_versions(len(tokens), marks, self.version),
+                finish_reason=(c.finish_reason if c is not None and c.finish_reason else "abort"),
+                text=self.tokenizer.decode(tokens, skip_special_tokens=True)))
+        self.counts["aborted"] += sum(s.finish_reason == "abort" for s in samples)
         self.counts["timed_out"] += len(timed_out) * r.n
-        return [Sample(request_id=r.request_id, prompt_ids=list(r.prompt_ids), completion_ids=tokens[i],
-                       logprobs=logps[i], versions=versions[i], finish_reason=finish[i],
-                       text=self.tokenizer.decode(tokens[i], skip_special_tokens=True)) for i in range(r.n)]
+        self.counts["tokens_done"] += sum(len(s.completion_ids) for s in samples)
+        self._finished += 1
+        return samples
 
     def _expire(self, rid: str, timed_out: list) -> None:
         timed_out.append(rid)
@@ -142,10 +160,36 @@ class VLLMRolloutEngine:
 
     async def _pause(self) -> None:
         await self.llm.pause_generation(mode="keep", clear_cache=self.cfg.rollout.recompute_kv_on_sync)
-        seen = -1
-        while seen != self._outputs_seen:  # let tokens made before the pause arrive under the old version
-            seen = self._outputs_seen
+        seen = None
+        while seen != (now := self._progress()):  # outputs made before the pause finish arriving
+            seen = now
             await asyncio.sleep(SETTLE_TICK_S)
+        self._mark_boundaries()
+
+    def _in_flight(self):
+        """(our request id, completion index, tokens generated so far) per running completion."""
+        for state in list(self.llm.output_processor.request_states.values()):
+            rid = getattr(state, "external_req_id", None) or state.request_id
+            if rid not in self._boundaries:  # vLLM < 0.27 names a child of an n > 1 request "<index>_<id>"
+                rid = rid.split("_", 1)[-1]
+            if rid in self._boundaries:
+                yield rid, state.request_index, state.detokenizer.num_output_tokens()
+
+    def _progress(self) -> tuple[int, int]:
+        return self._finished, sum(n for _, _, n in self._in_flight())
+
+    def _mark_boundaries(self) -> None:
+        """Tokens generated so far by each running request were made by the current version."""
+        for rid, index, n in self._in_flight():
+            self._boundaries[rid].append((index, n, self.version))
+
+    def stats(self) -> dict:
+        """Counters plus tokens generated so far, in-flight requests included."""
+        in_flight = asyncio.run_coroutine_threadsafe(self._tokens_in_flight(), self._loop).result()
+        return {**self.counts, "tokens_generated": self.counts["tokens_done"] + in_flight}
+
+    async def _tokens_in_flight(self) -> int:
+        return sum(n for _, _, n in self._in_flight())
 
     async def resume(self) -> None:
         await self._on_loop(self.llm.resume_generation())
