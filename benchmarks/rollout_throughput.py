@@ -114,6 +114,7 @@ def main() -> None:
     sampling = {"n": 1, "max_tokens": max_tokens, "temperature": 0.7, "ignore_eos": True, "logprobs": 0,
                 "detokenize": False}
     raw = run_raw(engine, sampling, prompts)
+    print(f"raw vllm.LLM.generate: {raw}", flush=True)
     overrides = ["model.backend=vllm", "rollout.load_format=dummy", "rollout.dtype=bfloat16",
                  f"rollout.max_model_len={max_len}", "rollout.gpu_memory_utilization=0.85",
                  f"rollout.enforce_eager={str(not gpu).lower()}", "rollout.cpu_kv_cache_gb=0.25",

@@ -76,6 +76,8 @@ class RolloutConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: the checkpoint's dtype
     load_format: Literal["auto", "dummy"] = "auto"  # dummy: random weights, no files read (benchmarks)
     enforce_eager: bool = False  # skip CUDA graphs: faster start, slower decode
+    max_num_seqs: int | None = None  # None: vLLM's offline-batch default for the hardware
+    max_num_batched_tokens: int | None = None  # None: vLLM's offline-batch default for the hardware
     enable_prefix_caching: bool = True
     # a weight update preempts in-flight requests and recomputes their KV cache with the new weights;
     # False keeps the KV entries the old weights wrote (faster resume, slightly off-policy prefix)
