@@ -51,7 +51,7 @@ def test_interruptible_generation_across_a_weight_update(trainer):
         time.sleep(0.002)
     synced = ray.get(trainer.broadcaster.sync.remote(version))
     samples = ray.get(ref)
-    assert synced.version == version
+    assert synced.version == version and ray.get(rollout.stats.remote())["untracked_at_update"] == 0
     for s in samples:
         assert len(s.completion_ids) == 230 and s.finish_reason == "length"
         assert set(s.versions) == {version - 1, version} and s.versions == sorted(s.versions)
@@ -84,3 +84,13 @@ def test_request_past_its_timeout_is_aborted_with_partial_tokens(trainer):
         assert len(s.logprobs) == len(s.versions) == len(s.completion_ids)
     assert all(s.finish_reason == "length" and len(s.completion_ids) == 230 for s in samples if s not in cut)
     assert after["aborted"] == before["aborted"] + 2 and after["timed_out"] == before["timed_out"] + 2
+
+
+def test_engine_that_cannot_start_names_the_knob(trainer):
+    """vLLM refusing to start (here: a KV cache larger than the machine) becomes an error naming the knobs."""
+    from rayrl.engines.rollout.vllm_async import EngineStartError, VLLMRolloutEngine
+    from transformers import AutoTokenizer
+
+    cfg = trainer.cfg.model_copy(update={"rollout": trainer.cfg.rollout.model_copy(update={"cpu_kv_cache_gb": 4096.0})})
+    with pytest.raises(EngineStartError, match="rollout.cpu_kv_cache_gb"):
+        VLLMRolloutEngine(trainer.model_path, cfg, 1, AutoTokenizer.from_pretrained(trainer.model_path))

@@ -64,3 +64,26 @@ def test_recipe_exits_nonzero_on_typo():
                            "rollout.batch_szie=3"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "rollout.batch_szie" in proc.stderr and "rollout.batch_size" in proc.stderr
+
+
+def test_gpu_only_options_are_rejected_on_cpu():
+    with pytest.raises(ConfigError, match="sync.transport=nccl needs GPUs"):
+        load_config(None, ["sync.transport=nccl", "model.backend=vllm"])
+    with pytest.raises(ConfigError, match="tensor_parallel_size > 1 needs model.backend=vllm"):
+        load_config(None, ["rollout.tensor_parallel_size=2", "cluster.n_gpus_per_node=2"])
+
+
+def test_tensor_parallel_rollout_gets_its_bundles():
+    """A TP=2 vLLM worker: two GPU bundles of the run's group, no GPU of its own, vLLM told which bundles."""
+    from rayrl.placement import PlacementPlan
+
+    cfg = load_config(None, ["cluster.n_gpus_per_node=4", "model.backend=vllm", "rollout.num_workers=2",
+                             "rollout.tensor_parallel_size=2", "learner.backend=fsdp", "learner.num_workers=2",
+                             "sync.transport=nccl"])
+    plan = PlacementPlan(cfg)
+    assert [b.get("GPU", 0) for b in plan.bundles] == [1.0] * 6 + [0]
+    assert plan.slots["rollout"] == [0, 2] and plan.slots["learner"] == [4, 5]
+    second = plan.actor_options("rollout", 1)
+    assert second["num_gpus"] == 0.0 and second["runtime_env"]["env_vars"]["VLLM_RAY_BUNDLE_INDICES"] == "2,3"
+    assert second["scheduling_strategy"].placement_group_capture_child_tasks is True
+    assert plan.actor_options("learner", 0)["num_gpus"] == 1.0

@@ -97,3 +97,15 @@ def test_token_versions_from_update_boundaries():
     assert token_versions(6, [(1, 0), (4, 1)], 2) == [0, 1, 1, 1, 2, 2]
     assert token_versions(3, [(0, 0)], 1) == [1, 1, 1]  # queued during the update: all new
     assert token_versions(2, [(2, 4)], 5) == [4, 4]  # finished before the update
+
+
+def test_vllm_engine_inputs_are_checked_before_start(tmp_path, setup):
+    from rayrl.engines.rollout.vllm_async import EngineStartError, check_engine_inputs, engine_dtype
+
+    cfg, path, _, _, _ = setup
+    with pytest.raises(EngineStartError, match="model.path"):
+        check_engine_inputs(str(tmp_path), cfg)
+    too_long = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"max_model_len": 100_000})})
+    with pytest.raises(EngineStartError, match=r"rollout.max_model_len=100000 exceeds .* 256"):
+        check_engine_inputs(str(path), too_long)
+    assert engine_dtype(cfg, check_engine_inputs(str(path), cfg)) == "float32"  # auto: the checkpoint's

@@ -1,4 +1,4 @@
-"""Rollout engine over vLLM's AsyncLLM: streaming requests, per-token policy versions,
+"""Rollout engine over vLLM's AsyncLLM: concurrent requests, per-token policy versions,
 timeouts that abort and keep partial tokens, and interruptible weight updates
 (pause with in-flight requests kept -> receive weights -> resume on the new weights).
 
@@ -62,13 +62,17 @@ class VLLMRolloutEngine:
         self.cfg, self.tokenizer = cfg, tokenizer
         self.version = 0
         self.sync_ranks = cfg.rollout.tensor_parallel_size  # ranks this engine adds to the weight-sync group
-        self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0}
+        self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0, "untracked_at_update": 0}
         self._boundaries: dict[str, list[tuple[int, int, int]]] = {}  # request -> (index, tokens so far, version)
         self._finished = 0
         self._weights = VLLMWeightSync(cfg.sync.transport)
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True).start()
-        self.llm = self._on_loop_blocking(self._start(model_path))
+        try:
+            self.llm = self._on_loop_blocking(self._start(model_path))
+        except Exception:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            raise
 
     # ---- the engine's own loop --------------------------------------------------------
     def _on_loop_blocking(self, coro):
@@ -86,8 +90,8 @@ class VLLMRolloutEngine:
         kv_gb = r.kv_cache_gb if r.kv_cache_gb is not None or self.cfg.cluster.n_gpus_per_node > 0 \
             else r.cpu_kv_cache_gb
         args = AsyncEngineArgs(
-            model=model_path, skip_tokenizer_init=True, dtype=self.dtype, load_format=r.load_format, max_model_len=r.max_model_len,
-            gpu_memory_utilization=r.gpu_memory_utilization,
+            model=model_path, skip_tokenizer_init=True, dtype=self.dtype, load_format=r.load_format,
+            max_model_len=r.max_model_len, gpu_memory_utilization=r.gpu_memory_utilization,
             kv_cache_memory_bytes=None if kv_gb is None else int(kv_gb * 2**30),
             tensor_parallel_size=r.tensor_parallel_size,
             distributed_executor_backend="ray" if r.tensor_parallel_size > 1 else None,
@@ -100,10 +104,11 @@ class VLLMRolloutEngine:
             # the default context sizes the engine for serving (128 sequences, 2048 tokens)
             return AsyncLLM.from_engine_args(args, usage_context=UsageContext.LLM_CLASS)
         except Exception as err:  # vLLM reports the root cause in its log; name the knobs here
+            kv = "rollout.kv_cache_gb" if self.cfg.cluster.n_gpus_per_node > 0 else "rollout.cpu_kv_cache_gb"
             raise EngineStartError(
                 f"vLLM failed to start for '{model_path}' ({type(err).__name__}: {err}). If the log above shows "
-                "out-of-memory or too few KV-cache blocks, lower rollout.max_model_len, or raise "
-                "rollout.gpu_memory_utilization / rollout.kv_cache_gb, or raise rollout.tensor_parallel_size"
+                f"out-of-memory or too few KV-cache blocks: lower rollout.max_model_len, change {kv} or "
+                "rollout.gpu_memory_utilization, or raise rollout.tensor_parallel_size"
             ) from err
 
     # ---- generation -------------------------------------------------------------------
@@ -170,7 +175,7 @@ class VLLMRolloutEngine:
             await asyncio.sleep(SETTLE_TICK_S)
         self._mark_boundaries()
 
-    def _in_flight(self):
+    def _in_flight(self, unmatched: list | None = None):
         """(our request id, completion index, tokens generated so far) per running completion."""
         for state in list(self.llm.output_processor.request_states.values()):
             rid = getattr(state, "external_req_id", None) or state.request_id
@@ -178,14 +183,19 @@ class VLLMRolloutEngine:
                 rid = rid.split("_", 1)[-1]
             if rid in self._boundaries:
                 yield rid, state.request_index, state.detokenizer.num_output_tokens()
+            elif unmatched is not None:
+                unmatched.append(state.request_id)
 
     def _progress(self) -> tuple[int, int]:
         return self._finished, sum(n for _, _, n in self._in_flight())
 
     def _mark_boundaries(self) -> None:
         """Tokens generated so far by each running request were made by the current version."""
-        for rid, index, n in self._in_flight():
+        unmatched: list[str] = []
+        for rid, index, n in self._in_flight(unmatched):
             self._boundaries[rid].append((index, n, self.version))
+        # a vLLM whose request bookkeeping we cannot read would tag these tokens with the new version
+        self.counts["untracked_at_update"] += len(unmatched)
 
     def stats(self) -> dict:
         """Counters plus tokens generated so far, in-flight requests included."""
