@@ -217,6 +217,8 @@ def _explain(err: ValidationError) -> str:
             near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             hint = f"; did you mean '{near[0]}'?" if near else ""
             lines.append(f"unknown config key '{key}'{hint}")
+        elif e["type"] == "value_error" and isinstance(e.get("input"), dict):  # a rule across several keys
+            lines.append(e["msg"].removeprefix("Value error, "))
         else:
             lines.append(f"bad value for '{key}': {e['msg']} (got {e.get('input')!r})")
     return "invalid config:\n  " + "\n  ".join(lines)
