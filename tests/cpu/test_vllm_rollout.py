@@ -87,10 +87,15 @@ def test_request_past_its_timeout_is_aborted_with_partial_tokens(trainer):
 
 
 def test_engine_that_cannot_start_names_the_knob(trainer):
-    """vLLM refusing to start (here: a KV cache larger than the machine) becomes an error naming the knobs."""
-    from rayrl.engines.rollout.vllm_async import EngineStartError, VLLMRolloutEngine
+    """A rollout worker whose vLLM cannot start (a KV cache larger than the machine) dies with an error
+    naming the knob, instead of hanging."""
     from transformers import AutoTokenizer
 
+    from rayrl.actors import RolloutWorker
+    from rayrl.data import PromptTemplate
+
     cfg = trainer.cfg.model_copy(update={"rollout": trainer.cfg.rollout.model_copy(update={"cpu_kv_cache_gb": 4096.0})})
-    with pytest.raises(EngineStartError, match="rollout.cpu_kv_cache_gb"):
-        VLLMRolloutEngine(trainer.model_path, cfg, 1, AutoTokenizer.from_pretrained(trainer.model_path))
+    template = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(trainer.model_path)))
+    worker = RolloutWorker.options(num_cpus=0.5).remote(0, cfg, trainer.model_path, template, None, None, [], 1)
+    with pytest.raises(ray.exceptions.RayActorError, match="rollout.cpu_kv_cache_gb"):
+        ray.get(worker.stats.remote(), timeout=300)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import uuid
 from pathlib import Path
@@ -86,6 +87,9 @@ class VLLMRolloutEngine:
         from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        # vLLM forks its engine process unless told otherwise (it does inside Ray actors); forking a
+        # process that runs Ray's threads (a driver, a test) deadlocks at engine start
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         r = self.cfg.rollout
         kv_gb = r.kv_cache_gb if r.kv_cache_gb is not None or self.cfg.cluster.n_gpus_per_node > 0 \
             else r.cpu_kv_cache_gb
