@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of the rollout layer, run on the lent GPU machine after ../shared/gpu staging.
 #   bash benchmarks/run_gpu_checks.sh rollout      # 2 GPUs: NCCL weight sync check + gsm8k recipe, 3 steps
-#   bash benchmarks/run_gpu_checks.sh throughput   # 1 GPU: rollout_throughput; 2 GPUs: learner check
+#   bash benchmarks/run_gpu_checks.sh throughput   # 1 GPU: rollout_throughput (LEARNER_CHECK=1: also the 2-GPU learner check)
 # Full logs go to $OUT (or /tmp/gpu-out); a short summary is printed last.
 set -uo pipefail
 out=${OUT:-/tmp/gpu-out}; mkdir -p "$out"
@@ -15,7 +15,6 @@ rollout)
   fi
   work=$(mktemp -d)
   python3 -c "
-import torch, sys
 from rayrl.data.gsm8k import write_synthetic_gsm8k
 from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
