@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,6 +33,18 @@ def commit() -> str:
                               cwd=RESULTS.parent, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def run_outside_ray(script: str, args: list[str], marker: str, timeout_s: float) -> str:
+    """Run a Python script in a child process without Ray's environment (raw vLLM baselines) and return
+    the text after `marker` on its output; a failure raises with the end of its stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                          timeout=timeout_s, env=env)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith(marker)), None)
+    if line is None:
+        raise RuntimeError(f"child process failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return line[len(marker):]
 
 
 def write_result(name: str, payload: dict) -> Path:

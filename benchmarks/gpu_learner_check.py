@@ -9,15 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import ray
 
-from benchmarks.common import print_table, write_result
+from benchmarks.common import print_table, run_outside_ray, write_result
 from rayrl.actors import LearnerGroup
 from rayrl.config import load_config
 from rayrl.models import build_model
@@ -41,13 +38,8 @@ print("VLLM_RESULT " + json.dumps(rows), flush=True)
 
 def vllm_greedy(model_dir: str, prompts: list[list[int]], n_tokens: int):
     """vLLM in its own process, outside the Ray driver (an engine started inside it hung here)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    proc = subprocess.run([sys.executable, "-c", VLLM_SCRIPT, model_dir, json.dumps(prompts), str(n_tokens)],
-                          capture_output=True, text=True, timeout=240, env=env)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("VLLM_RESULT ")), None)
-    if line is None:
-        raise RuntimeError(f"vLLM failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return [tuple(r) for r in json.loads(line[len("VLLM_RESULT "):])]
+    out = run_outside_ray(VLLM_SCRIPT, [model_dir, json.dumps(prompts), str(n_tokens)], "VLLM_RESULT ", timeout_s=240)
+    return [tuple(r) for r in json.loads(out)]
 
 
 def check(backend: list[str], base: Path, prompts: list[list[int]]) -> dict:

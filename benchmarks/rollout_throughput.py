@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import ray
 
-from benchmarks.common import print_table, write_result
+from benchmarks.common import print_table, run_outside_ray, write_result
 from rayrl.config import load_config
-from rayrl.models.builder import QWEN2_1_5B_SHAPE
-from rayrl.models.tokenizer import build_char_tokenizer
+from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.types import GenerationRequest
 
 RAW = """
@@ -43,28 +39,12 @@ print("RAW_RESULT " + json.dumps({"seconds": seconds, "tokens": sum(len(o.output
 """
 
 
-def write_model_dir(out: Path, shape: dict) -> Path:
-    """config.json + tokenizer only: both sides load random weights (load_format="dummy")."""
-    from transformers import Qwen2Config
-
-    tok = build_char_tokenizer()
-    Qwen2Config(**shape, max_position_embeddings=4096, tie_word_embeddings=shape["hidden_size"] < 2048,
-                bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                torch_dtype="bfloat16").save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
 def run_raw(engine: dict, sampling: dict, prompts: list[list[int]]) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     prompt_file = Path(tempfile.mkdtemp()) / "prompts.json"
     prompt_file.write_text(json.dumps(prompts))  # too long for a command line
-    proc = subprocess.run([sys.executable, "-c", RAW, json.dumps({"engine": engine, "sampling": sampling}),
-                           str(prompt_file)], capture_output=True, text=True, timeout=540, env=env)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RAW_RESULT ")), None)
-    if line is None:
-        raise RuntimeError(f"raw vLLM failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(line[len("RAW_RESULT "):])
+    out = run_outside_ray(RAW, [json.dumps({"engine": engine, "sampling": sampling}), str(prompt_file)],
+                          "RAW_RESULT ", timeout_s=540)
+    return json.loads(out)
 
 
 def run_ours(model_dir: Path, overrides: list[str], prompts: list[list[int]], max_tokens: int) -> dict:
@@ -102,7 +82,7 @@ def main() -> None:
         n_prompts, max_tokens, gpu = args.prompts or 16, args.max_tokens or 32, False
     else:
         shape, n_prompts, max_tokens, gpu = dict(QWEN2_1_5B_SHAPE), args.prompts or 256, args.max_tokens or 512, True
-    model_dir = write_model_dir(Path(tempfile.mkdtemp()) / "model", shape)
+    model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / "model", weights=False, **shape)  # dummy weights
     rng = random.Random(0)
     prompts = [[rng.randrange(4, shape["vocab_size"]) for _ in range(rng.randrange(32, 128))] for _ in range(n_prompts)]
     max_len = 128 + max_tokens

@@ -89,17 +89,22 @@ QWEN2_1_5B_SHAPE = dict(hidden_size=1536, intermediate_size=8960, num_hidden_lay
 
 
 def save_random_qwen2(out: str | os.PathLike, initializer_range: float = 0.02, dtype=torch.bfloat16,
-                      chars: list[str] = CHARS, **shape) -> Path:
+                      chars: list[str] = CHARS, weights: bool = True, **shape) -> Path:
     """A randomly initialised Qwen2 of the given shape plus a char tokenizer over chars, saved offline.
 
-    A large initializer_range makes next-token distributions peaked rather than near-uniform."""
+    A large initializer_range makes next-token distributions peaked rather than near-uniform.
+    weights=False writes config and tokenizer only, for vLLM's load_format="dummy"."""
     out = Path(out)
     tokenizer = build_char_tokenizer(chars)
     shape = {"vocab_size": len(tokenizer), **shape}
     config = Qwen2Config(**shape, max_position_embeddings=4096, tie_word_embeddings=shape["hidden_size"] < 2048,
                          initializer_range=initializer_range, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(config).to(dtype).save_pretrained(out)
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         torch_dtype=str(dtype).removeprefix("torch."))
+    if weights:
+        torch.manual_seed(0)
+        Qwen2ForCausalLM(config).to(dtype).save_pretrained(out)
+    else:
+        config.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
