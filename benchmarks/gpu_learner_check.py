@@ -27,7 +27,8 @@ VLLM_SCRIPT = """
 import json, sys
 from vllm import LLM, SamplingParams
 model_dir, prompts, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-llm = LLM(model=model_dir, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.25, max_model_len=256, seed=0)
+llm = LLM(model=model_dir, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.25, max_model_len=256, seed=0,
+          hf_overrides={"head_dtype": "float32"})  # as the rollout engine runs it (model.lm_head_fp32)
 outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
                     SamplingParams(temperature=0.0, max_tokens=n, logprobs=0, ignore_eos=True))
 rows = [[list(o.outputs[0].token_ids), [lp[t].logprob for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]]

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks of the rollout layer, run on the lent GPU machine after ../shared/gpu staging.
 #   bash benchmarks/run_gpu_checks.sh rollout      # 2 GPUs: NCCL weight sync check + gsm8k recipe, 3 steps
+#   bash benchmarks/run_gpu_checks.sh logprobs     # 2 GPUs: learner vs vLLM log-probs in bf16, rollout and learner checks
 #   bash benchmarks/run_gpu_checks.sh throughput   # 1 GPU: rollout_throughput (LEARNER_CHECK=1: also the 2-GPU learner check)
+#   bash benchmarks/run_gpu_checks.sh throughput-tp2  # 2 GPUs: rollout_throughput with tensor parallel 2
 # Full logs go to $OUT (or /tmp/gpu-out); a short summary is printed last.
 set -uo pipefail
 out=${OUT:-/tmp/gpu-out}; mkdir -p "$out"
@@ -27,6 +29,16 @@ write_synthetic_gsm8k('$work/gsm8k.jsonl', 512)
     rollout.enforce_eager=true scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name=gsm8k-3 metrics.progress=false \
     > "$out/gsm8k_recipe.log" 2>&1
   echo "gsm8k recipe rc=$?"; grep -E '"(eval_accuracy_before|eval_accuracy_after|steps|samples|wall_s|step_s_mean|sync_s_per_step|aborted_samples)"' "$out/gsm8k_recipe.log" || quiet 30 < "$out/gsm8k_recipe.log"
+  ;;
+logprobs)
+  timeout 280 python3 -m benchmarks.gpu_rollout_check --dtypes bfloat16 > "$out/gpu_rollout_check.log" 2>&1
+  echo "gpu_rollout_check rc=$?"; quiet 6 < "$out/gpu_rollout_check.log"
+  timeout 270 python3 -m benchmarks.gpu_learner_check > "$out/gpu_learner_check.log" 2>&1
+  echo "gpu_learner_check rc=$?"; quiet 5 < "$out/gpu_learner_check.log"
+  ;;
+throughput-tp2)
+  timeout 300 python3 -m benchmarks.rollout_throughput --tp 2 > "$out/rollout_throughput_tp2.log" 2>&1
+  echo "rollout_throughput --tp 2 rc=$?"; quiet 6 < "$out/rollout_throughput_tp2.log"
   ;;
 throughput)
   CUDA_VISIBLE_DEVICES=0 timeout 300 python3 -m benchmarks.rollout_throughput > "$out/rollout_throughput.log" 2>&1

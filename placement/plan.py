@@ -24,12 +24,15 @@ def _bundle(cpus: float, gpus: float) -> dict[str, float]:
 
 
 class PlacementPlan:
-    def __init__(self, cfg: Config, name: str = "rayrl", learner_only: bool = False) -> None:
-        """learner_only: bundles for the learner ranks and the service bundle alone (benchmarks, checks)."""
+    def __init__(self, cfg: Config, name: str = "rayrl", learner_only: bool = False,
+                 rollout_only: bool = False) -> None:
+        """learner_only / rollout_only: bundles for that role and the service bundle alone (benchmarks, checks)."""
         self.cfg, self.name = cfg, name
         r, l, p = cfg.rollout, cfg.learner, cfg.placement
         if learner_only:
             r = r.model_copy(update={"num_workers": 0})
+        if rollout_only:
+            l = l.model_copy(update={"num_workers": 0})
         gpu = 1.0 if cfg.cluster.n_gpus_per_node > 0 else 0.0
         self.tp = r.tensor_parallel_size if cfg.model.backend == "vllm" else 1
         self.slots: dict[str, list[int]] = {}
@@ -46,7 +49,7 @@ class PlacementPlan:
             if self.tp > 1:
                 raise ValueError("placement.mode=colocate supports rollout.tensor_parallel_size=1 only; "
                                  "use placement.mode=split")
-            if r.num_workers != l.num_workers or learner_only:
+            if r.num_workers != l.num_workers or learner_only or rollout_only:
                 raise ValueError(f"placement.mode=colocate needs rollout.num_workers == learner.num_workers, "
                                  f"got {r.num_workers} and {l.num_workers}")
             self.bundles = [_bundle(r.cpus_per_worker + l.cpus_per_worker, gpu)] * r.num_workers

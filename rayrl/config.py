@@ -54,6 +54,9 @@ class ModelConfig(_Section):
     backend: Literal["hf", "vllm"] = "hf"  # rollout engine: hf (pure torch) or vllm (AsyncLLM)
     build: ModelBuildConfig = ModelBuildConfig()
     cache_dir: str = "~/.cache/rayrl/models"
+    # logits in fp32 from bf16 hidden states on learner and vLLM alike (vLLM's head_dtype): bf16 logits
+    # were the main cause of learner/rollout log-prob mismatch; no effect when everything runs in fp32
+    lm_head_fp32: bool = True
 
 
 class RolloutConfig(_Section):

@@ -43,7 +43,8 @@ class DeepSpeedLearner:
         torch.manual_seed(cfg.learner.seed)
         self.cfg, self.device = cfg, learner_device(cfg)
         self._gathered = deepspeed.zero.GatheredParameters
-        model, self.tokenizer = load_policy(model_path, attention_for(self.device))
+        load = (model_path, attention_for(self.device), cfg.model.lm_head_fp32)
+        model, self.tokenizer = load_policy(*load)
         self.hf_config = model.config
         if cfg.learner.activation_checkpointing:
             model.gradient_checkpointing_enable()
@@ -52,7 +53,7 @@ class DeepSpeedLearner:
             lr_scheduler=lambda opt: make_scheduler(opt, cfg.learner))
         self.ref_engine = None
         if cfg.algorithm.beta > 0:
-            ref = load_policy(model_path, attention_for(self.device))[0].eval().requires_grad_(False)
+            ref = load_policy(*load)[0].eval().requires_grad_(False)
             self.ref_engine = deepspeed.initialize(model=ref, config=ds_config(cfg, train=False))[0]
         self.dp = torch_dist_data_parallel()
         self.version = 0

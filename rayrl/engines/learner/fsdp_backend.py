@@ -42,11 +42,12 @@ class FSDPLearner:
         torch.manual_seed(cfg.learner.seed)
         self.cfg, self.device = cfg, learner_device(cfg)
         self.mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
-        model, self.tokenizer = load_policy(model_path, attention_for(self.device))
+        load = (model_path, attention_for(self.device), cfg.model.lm_head_fp32)
+        model, self.tokenizer = load_policy(*load)
         self.model = self._shard(model)
         self.ref_model = None
         if cfg.algorithm.beta > 0:
-            self.ref_model = self._shard(load_policy(model_path, attention_for(self.device))[0].eval().requires_grad_(False))
+            self.ref_model = self._shard(load_policy(*load)[0].eval().requires_grad_(False))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learner.lr,
                                            weight_decay=cfg.learner.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, cfg.learner)

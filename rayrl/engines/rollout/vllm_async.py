@@ -102,6 +102,7 @@ class VLLMRolloutEngine:
             enforce_eager=r.enforce_eager, enable_prefix_caching=r.enable_prefix_caching,
             logprobs_mode="processed_logprobs",  # behaviour log-probs at the sampling temperature
             max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
+            hf_overrides={"head_dtype": "float32"} if self.cfg.model.lm_head_fp32 else None,
             seed=self.cfg.learner.seed, disable_log_stats=True, **self._weights.engine_args())
         try:
             # LLM_CLASS: vLLM's batch-throughput defaults (on an H200 1024 sequences, 16384 tokens per step);
