@@ -29,7 +29,7 @@ def machine() -> dict:
 
 def commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        return subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
                               cwd=RESULTS.parent, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

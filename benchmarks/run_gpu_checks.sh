@@ -6,7 +6,7 @@
 #   bash benchmarks/run_gpu_checks.sh throughput-tp2  # 2 GPUs: rollout_throughput with tensor parallel 2
 # Full logs go to $OUT (or /tmp/gpu-out); a short summary is printed last.
 set -uo pipefail
-out=${OUT:-/tmp/gpu-out}; mkdir -p "$out"
+out=${OUT:-/tmp/gpu-out}; mkdir -p "$out"; touch "$out/.start"
 quiet() { grep -v -E "INFO|WARNING|Warning|it/s\]|^\s*$" | tail -n "$1"; }
 
 case "${1:?rollout or throughput}" in
@@ -49,4 +49,4 @@ throughput)
   fi
   ;;
 esac
-cp -r benchmarks/results "$out/results" 2>/dev/null || true
+find benchmarks/results -name '*.json' -newer "$out/.start" -exec cp {} "$out/" \;  # this run's results only

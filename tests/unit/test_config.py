@@ -73,8 +73,11 @@ def test_gpu_only_options_are_rejected_on_cpu():
         load_config(None, ["rollout.tensor_parallel_size=2", "cluster.n_gpus_per_node=2"])
 
 
-def test_tensor_parallel_rollout_gets_its_bundles():
-    """A TP=2 vLLM worker: two GPU bundles of the run's group, no GPU of its own, vLLM told which bundles."""
+def test_tensor_parallel_rollout_gets_its_bundles(ray_cluster):
+    """A TP=2 vLLM worker: two GPU bundles of the run's group, no GPU of its own, vLLM told which bundles
+    and which cluster (its engine process would otherwise start a cluster of its own)."""
+    import ray
+
     from rayrl.placement import PlacementPlan
 
     cfg = load_config(None, ["cluster.n_gpus_per_node=4", "model.backend=vllm", "rollout.num_workers=2",
@@ -84,6 +87,8 @@ def test_tensor_parallel_rollout_gets_its_bundles():
     assert [b.get("GPU", 0) for b in plan.bundles] == [1.0] * 6 + [0]
     assert plan.slots["rollout"] == [0, 2] and plan.slots["learner"] == [4, 5]
     second = plan.actor_options("rollout", 1)
-    assert second["num_gpus"] == 0.0 and second["runtime_env"]["env_vars"]["VLLM_RAY_BUNDLE_INDICES"] == "2,3"
+    env = second["runtime_env"]["env_vars"]
+    assert second["num_gpus"] == 0.0 and env["VLLM_RAY_BUNDLE_INDICES"] == "2,3"
+    assert env["RAY_ADDRESS"] == ray.get_runtime_context().gcs_address
     assert second["scheduling_strategy"].placement_group_capture_child_tasks is True
     assert plan.actor_options("learner", 0)["num_gpus"] == 1.0
