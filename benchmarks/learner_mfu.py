@@ -2,6 +2,7 @@
 train steps on packed sequences of mixed lengths, FSDP2 and DeepSpeed side by side.
 
     python -m benchmarks.learner_mfu [--steps 4] [--peak-tflops 989]   (run on the GPU machine)
+    python -m benchmarks.learner_mfu --head-ab     (FSDP2 with and without the fp32 lm_head, side by side)
 
 FLOPs per step = sum over sequences of 6·N·len + 6·layers·(heads·head_dim)·len² (causal attention,
 forward + backward); MFU = FLOPs / step time / peak. Only the training passes are timed: the
@@ -91,12 +92,14 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of one GPU (H200: 989)")
+    parser.add_argument("--head-ab", action="store_true", help="FSDP2 with model.lm_head_fp32 true and false")
     args = parser.parse_args()
     model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-1.5b", **QWEN2_1_5B_SHAPE)
     groups = make_groups(args.groups, args.group_size)
     ray.init(address="local", num_gpus=1, include_dashboard=False)
-    rows = [bench(b, model_dir, groups, args.steps, args.peak_tflops)
-            for b in (["learner.backend=fsdp"], ["learner.backend=deepspeed", "learner.zero_stage=2"])]
+    configs = ([["learner.backend=fsdp", f"model.lm_head_fp32={v}"] for v in ("true", "false")] if args.head_ab
+               else [["learner.backend=fsdp"], ["learner.backend=deepspeed", "learner.zero_stage=2"]])
+    rows = [bench(b, model_dir, groups, args.steps, args.peak_tflops) for b in configs]
     ray.shutdown()
     print_table(rows, ["backend", "step_s", "tokens_per_s", "tflops", "mfu", "micro_batches", "loss"])
     tokens = sum(len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples)
