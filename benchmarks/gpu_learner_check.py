@@ -26,9 +26,9 @@ from rayrl.types import GroupMeta, Sample, Task, TrajectoryGroup
 VLLM_SCRIPT = """
 import json, sys
 from vllm import LLM, SamplingParams
-model_dir, prompts, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+model_dir, prompts, n, head = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 llm = LLM(model=model_dir, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.25, max_model_len=256, seed=0,
-          hf_overrides={"head_dtype": "float32"})  # as the rollout engine runs it (model.lm_head_fp32)
+          hf_overrides={"head_dtype": head})  # as the rollout engine runs it (model.lm_head_fp32)
 outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
                     SamplingParams(temperature=0.0, max_tokens=n, logprobs=0, ignore_eos=True))
 rows = [[list(o.outputs[0].token_ids), [lp[t].logprob for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]]
@@ -37,9 +37,11 @@ print("VLLM_RESULT " + json.dumps(rows), flush=True)
 """
 
 
-def vllm_greedy(model_dir: str, prompts: list[list[int]], n_tokens: int):
+def vllm_greedy(model_dir: str, prompts: list[list[int]], n_tokens: int, lm_head_fp32: bool):
     """vLLM in its own process, outside the Ray driver (an engine started inside it hung here)."""
-    out = run_outside_ray(VLLM_SCRIPT, [model_dir, json.dumps(prompts), str(n_tokens)], "VLLM_RESULT ", timeout_s=240)
+    head = "float32" if lm_head_fp32 else "model"
+    out = run_outside_ray(VLLM_SCRIPT, [model_dir, json.dumps(prompts), str(n_tokens), head], "VLLM_RESULT ",
+                          timeout_s=240)
     return [tuple(r) for r in json.loads(out)]
 
 
@@ -58,7 +60,7 @@ def check(backend: list[str], base: Path, prompts: list[list[int]]) -> dict:
         losses = [group.train(items)["loss"] for _ in range(3)]
         export = base.parent / f"export-{name}"
         group.save(str(export))
-        seqs = vllm_greedy(str(export), prompts, 8)
+        seqs = vllm_greedy(str(export), prompts, 8, cfg.model.lm_head_fp32)
         probe = [TrajectoryGroup(Task(str(i), "", "0"), [Sample(str(i), p, toks, lps, [0] * len(toks), "length")])
                  for i, (p, (toks, lps)) in enumerate(zip(prompts, seqs))]
         learner_lp = group.completion_logprobs(probe)

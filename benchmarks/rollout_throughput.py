@@ -6,7 +6,7 @@ vllm.LLM.generate on the same model and requests, in one run, on one GPU.
     python -m benchmarks.rollout_throughput --smoke         (CPU: a tiny model, to check the script)
 
 Both sides use random ("dummy") weights, the same engine arguments, the same sampling parameters
-(temperature 0.7, ignore_eos, one log-prob per token, fp32 lm_head as model.lm_head_fp32 sets it) and the
+(temperature 0.7, ignore_eos, one log-prob per token, an fp32 lm_head: model.lm_head_fp32=true) and the
 same prompt token ids. Our worker sits in the run's placement group (TP > 1: vLLM's Ray executor on the
 worker's bundles; raw vLLM uses its default multiprocessing executor). Raw vLLM runs in
 a child process without Ray's environment; it exits before the Ray side starts, so each has the GPU alone.
@@ -104,7 +104,7 @@ def main() -> None:
                 "detokenize": False}
     raw = run_raw(engine, sampling, prompts)
     print(f"raw vllm.LLM.generate: {raw}", flush=True)
-    overrides = ["model.backend=vllm", "rollout.load_format=dummy", "rollout.dtype=bfloat16",
+    overrides = ["model.backend=vllm", "model.lm_head_fp32=true", "rollout.load_format=dummy", "rollout.dtype=bfloat16",
                  f"rollout.max_model_len={max_len}", "rollout.gpu_memory_utilization=0.85",
                  f"rollout.enforce_eager={str(not gpu).lower()}", "rollout.cpu_kv_cache_gb=0.25",
                  f"rollout.tensor_parallel_size={args.tp}", f"cluster.n_gpus_per_node={args.tp if gpu else 0}"]
