@@ -1,6 +1,6 @@
 """An lm_head that returns fp32 logits from bf16 hidden states and weights, as vLLM does with
-hf_overrides={"head_dtype": "float32"}: rounding logits to bf16 (a step of 1/8 at |logit| ~ 20)
-was the largest source of learner/rollout log-prob mismatch."""
+hf_overrides={"head_dtype": "float32"} (model.lm_head_fp32): it removes the bf16 rounding of large
+logits (a step of 1/8 at |logit| ~ 20) from the learner/rollout log-prob comparison."""
 
 from __future__ import annotations
 
