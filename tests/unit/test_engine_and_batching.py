@@ -109,3 +109,15 @@ def test_vllm_engine_inputs_are_checked_before_start(tmp_path, setup):
     with pytest.raises(EngineStartError, match=r"rollout.max_model_len=100000 exceeds .* 256"):
         check_engine_inputs(str(path), too_long)
     assert engine_dtype(cfg, check_engine_inputs(str(path), cfg)) == "float32"  # auto: the checkpoint's
+
+
+@pytest.mark.parametrize("fp32_head", [False, True])
+def test_vllm_engine_args_pass_vllm_own_validation(setup, fp32_head):
+    """vLLM builds its model config from our engine args; model.lm_head_fp32 reaches it as head_dtype."""
+    from rayrl.engines.rollout.vllm_async import engine_args
+
+    cfg, path, *_ = setup
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"lm_head_fp32": fp32_head})})
+    model_config = engine_args(cfg, path, "bfloat16", {}).create_model_config()
+    assert model_config.dtype == torch.bfloat16
+    assert model_config.head_dtype == (torch.float32 if fp32_head else torch.bfloat16)

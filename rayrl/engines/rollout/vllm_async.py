@@ -48,6 +48,25 @@ def engine_dtype(cfg: Config, hf_config: dict) -> str:
     return hf_config.get("dtype") or hf_config.get("torch_dtype") or "auto"
 
 
+def engine_args(cfg: Config, model_path: str, dtype: str, weight_transfer: dict):
+    """vLLM's AsyncEngineArgs for this config: one place that maps rollout.* keys to vLLM's names."""
+    from vllm import AsyncEngineArgs
+
+    r = cfg.rollout
+    kv_gb = r.kv_cache_gb if r.kv_cache_gb is not None or cfg.cluster.n_gpus_per_node > 0 else r.cpu_kv_cache_gb
+    return AsyncEngineArgs(
+        model=model_path, skip_tokenizer_init=True, dtype=dtype, load_format=r.load_format,
+        max_model_len=r.max_model_len, gpu_memory_utilization=r.gpu_memory_utilization,
+        kv_cache_memory_bytes=None if kv_gb is None else int(kv_gb * 2**30),
+        tensor_parallel_size=r.tensor_parallel_size,
+        distributed_executor_backend="ray" if r.tensor_parallel_size > 1 else None,
+        enforce_eager=r.enforce_eager, enable_prefix_caching=r.enable_prefix_caching,
+        logprobs_mode="processed_logprobs",  # behaviour log-probs at the sampling temperature
+        max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
+        hf_overrides={"head_dtype": "float32"} if cfg.model.lm_head_fp32 else {},  # {}: vLLM rejects None
+        seed=cfg.learner.seed, disable_log_stats=True, **weight_transfer)
+
+
 def token_versions(n_tokens: int, boundaries: list[tuple[int, int]], current: int) -> list[int]:
     """Per-token policy versions from (tokens generated before an update, version before it) marks."""
     versions, start = [], 0
@@ -83,27 +102,13 @@ class VLLMRolloutEngine:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
     async def _start(self, model_path: str):
-        from vllm import AsyncEngineArgs
         from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
         # vLLM forks its engine process unless told otherwise (it does inside Ray actors); forking a
         # process that runs Ray's threads (a driver, a test) deadlocks at engine start
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-        r = self.cfg.rollout
-        kv_gb = r.kv_cache_gb if r.kv_cache_gb is not None or self.cfg.cluster.n_gpus_per_node > 0 \
-            else r.cpu_kv_cache_gb
-        args = AsyncEngineArgs(
-            model=model_path, skip_tokenizer_init=True, dtype=self.dtype, load_format=r.load_format,
-            max_model_len=r.max_model_len, gpu_memory_utilization=r.gpu_memory_utilization,
-            kv_cache_memory_bytes=None if kv_gb is None else int(kv_gb * 2**30),
-            tensor_parallel_size=r.tensor_parallel_size,
-            distributed_executor_backend="ray" if r.tensor_parallel_size > 1 else None,
-            enforce_eager=r.enforce_eager, enable_prefix_caching=r.enable_prefix_caching,
-            logprobs_mode="processed_logprobs",  # behaviour log-probs at the sampling temperature
-            max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
-            hf_overrides={"head_dtype": "float32"} if self.cfg.model.lm_head_fp32 else None,
-            seed=self.cfg.learner.seed, disable_log_stats=True, **self._weights.engine_args())
+        args = engine_args(self.cfg, model_path, self.dtype, self._weights.engine_args())
         try:
             # LLM_CLASS: vLLM's batch-throughput defaults (on an H200 1024 sequences, 16384 tokens per step);
             # the default context sizes the engine for serving (128 sequences, 2048 tokens)
