@@ -17,6 +17,7 @@ import ray
 from benchmarks.common import print_table, run_outside_ray, write_result
 from rayrl.actors import LearnerGroup
 from rayrl.config import load_config
+from rayrl.engines.rollout.vllm_async import head_overrides
 from rayrl.models import build_model
 from rayrl.placement import PlacementPlan
 from rayrl.types import GroupMeta, Sample, Task, TrajectoryGroup
@@ -26,9 +27,9 @@ from rayrl.types import GroupMeta, Sample, Task, TrajectoryGroup
 VLLM_SCRIPT = """
 import json, sys
 from vllm import LLM, SamplingParams
-model_dir, prompts, n, head = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+model_dir, prompts, n, overrides = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
 llm = LLM(model=model_dir, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.25, max_model_len=256, seed=0,
-          hf_overrides={"head_dtype": head})  # as the rollout engine runs it (model.lm_head_fp32)
+          hf_overrides=overrides)  # as the rollout engine runs it (model.lm_head_fp32)
 outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
                     SamplingParams(temperature=0.0, max_tokens=n, logprobs=0, ignore_eos=True))
 rows = [[list(o.outputs[0].token_ids), [lp[t].logprob for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]]
@@ -39,8 +40,8 @@ print("VLLM_RESULT " + json.dumps(rows), flush=True)
 
 def vllm_greedy(model_dir: str, prompts: list[list[int]], n_tokens: int, lm_head_fp32: bool):
     """vLLM in its own process, outside the Ray driver (an engine started inside it hung here)."""
-    head = "float32" if lm_head_fp32 else "model"
-    out = run_outside_ray(VLLM_SCRIPT, [model_dir, json.dumps(prompts), str(n_tokens), head], "VLLM_RESULT ",
+    overrides = json.dumps(head_overrides(lm_head_fp32))
+    out = run_outside_ray(VLLM_SCRIPT, [model_dir, json.dumps(prompts), str(n_tokens), overrides], "VLLM_RESULT ",
                           timeout_s=240)
     return [tuple(r) for r in json.loads(out)]
 

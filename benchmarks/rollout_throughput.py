@@ -25,6 +25,7 @@ import ray
 
 from benchmarks.common import print_table, run_outside_ray, write_result
 from rayrl.config import load_config
+from rayrl.engines.rollout.vllm_async import head_overrides
 from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.placement import PlacementPlan
 from rayrl.types import GenerationRequest
@@ -97,7 +98,7 @@ def main() -> None:
     engine = {"model": str(model_dir), "load_format": "dummy", "skip_tokenizer_init": True, "dtype": "bfloat16",
               "max_model_len": max_len, "gpu_memory_utilization": 0.85, "seed": 0,
               "logprobs_mode": "processed_logprobs", "enforce_eager": not gpu, "tensor_parallel_size": args.tp,
-              "hf_overrides": {"head_dtype": "float32"}}
+              "hf_overrides": head_overrides(True)}
     if not gpu:
         engine["kv_cache_memory_bytes"] = 2**28
     sampling = {"n": 1, "max_tokens": max_tokens, "temperature": 0.7, "ignore_eos": True, "logprobs": 0,

@@ -2,14 +2,14 @@
 # The GPU checks of the rollout layer, run on the lent GPU machine after ../shared/gpu staging.
 #   bash benchmarks/run_gpu_checks.sh rollout      # 2 GPUs: NCCL weight sync check + gsm8k recipe, 3 steps
 #   bash benchmarks/run_gpu_checks.sh logprobs     # 2 GPUs: learner vs vLLM log-probs in bf16, rollout and learner checks
-#   bash benchmarks/run_gpu_checks.sh throughput   # 1 GPU: rollout_throughput (LEARNER_CHECK=1: also the 2-GPU learner check)
+#   bash benchmarks/run_gpu_checks.sh throughput   # 1 GPU: rollout_throughput
 #   bash benchmarks/run_gpu_checks.sh throughput-tp2  # 2 GPUs: rollout_throughput with tensor parallel 2
 # Full logs go to $OUT (or /tmp/gpu-out); a short summary is printed last.
 set -uo pipefail
 out=${OUT:-/tmp/gpu-out}; mkdir -p "$out"; touch "$out/.start"
 quiet() { grep -v -E "INFO|WARNING|Warning|it/s\]|^\s*$" | tail -n "$1"; }
 
-case "${1:?rollout or throughput}" in
+case "${1:?rollout, logprobs, throughput or throughput-tp2}" in
 rollout)
   if [ -z "${SKIP_CHECK:-}" ]; then
     timeout 330 python3 -m benchmarks.gpu_rollout_check > "$out/gpu_rollout_check.log" 2>&1
@@ -43,10 +43,6 @@ throughput-tp2)
 throughput)
   CUDA_VISIBLE_DEVICES=0 timeout 300 python3 -m benchmarks.rollout_throughput > "$out/rollout_throughput.log" 2>&1
   echo "rollout_throughput rc=$?"; quiet 6 < "$out/rollout_throughput.log"
-  if [ -n "${LEARNER_CHECK:-}" ]; then
-    timeout 300 python3 -m benchmarks.gpu_learner_check > "$out/gpu_learner_check.log" 2>&1
-    echo "gpu_learner_check rc=$?"; quiet 5 < "$out/gpu_learner_check.log"
-  fi
   ;;
 esac
 find benchmarks/results -name '*.json' -newer "$out/.start" -exec cp {} "$out/" \;  # this run's results only

@@ -15,12 +15,12 @@ from rayrl.config import DataConfig
 from rayrl.types import Task
 
 PROMPT = "Question: {question}\nAnswer:"
-_FINAL = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+FINAL_ANSWER = re.compile(r"####\s*(-?[\d,]*\.?\d+)")  # GSM8K's marked final answer
 
 
 def final_answer(answer: str) -> str:
     """The number after '####' in a GSM8K answer, commas removed."""
-    match = _FINAL.search(answer)
+    match = FINAL_ANSWER.search(answer)
     if match is None:
         raise ValueError(f"GSM8K answer has no '#### <number>' line: {answer[-80:]!r}")
     return match.group(1).replace(",", "")

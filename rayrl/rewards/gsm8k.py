@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import re
 
+from rayrl.data.gsm8k import FINAL_ANSWER
 from rayrl.rewards.registry import RewardResult
 from rayrl.types import Sample, Task
 
-_MARKED = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
 _NUMBER = re.compile(r"-?[\d,]*\.?\d+")
 
 
 def parse_answer(text: str) -> str | None:
     """The number after '####' if present, else the last number in the text; commas removed."""
-    marked = _MARKED.findall(text)
+    marked = FINAL_ANSWER.findall(text)
     found = marked or _NUMBER.findall(text)
     return found[-1].replace(",", "").rstrip(".") if found else None
 

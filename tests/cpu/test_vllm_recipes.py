@@ -4,6 +4,7 @@ same run), and the GSM8K recipe runs end to end on a small local model with a KL
 from __future__ import annotations
 
 import pytest
+import torch
 
 from rayrl.config import load_config
 from rayrl.data.gsm8k import write_synthetic_gsm8k
@@ -26,7 +27,7 @@ def test_arithmetic_recipe_learns_with_vllm(ray_cluster, model_cache, tmp_path):
 
 
 def test_gsm8k_recipe_runs_on_cpu(ray_cluster, tmp_path):
-    model = save_random_qwen2(tmp_path / "model", chars=TEXT_CHARS, dtype=__import__("torch").float32,
+    model = save_random_qwen2(tmp_path / "model", chars=TEXT_CHARS, dtype=torch.float32,
                               hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                               num_key_value_heads=1, head_dim=64)
     data = write_synthetic_gsm8k(tmp_path / "gsm8k.jsonl", 64)

@@ -48,6 +48,11 @@ def engine_dtype(cfg: Config, hf_config: dict) -> str:
     return hf_config.get("dtype") or hf_config.get("torch_dtype") or "auto"
 
 
+def head_overrides(lm_head_fp32: bool) -> dict:
+    """vLLM's hf_overrides for model.lm_head_fp32 ({} when off: vLLM rejects None)."""
+    return {"head_dtype": "float32"} if lm_head_fp32 else {}
+
+
 def engine_args(cfg: Config, model_path: str, dtype: str, weight_transfer: dict):
     """vLLM's AsyncEngineArgs for this config: one place that maps rollout.* keys to vLLM's names."""
     from vllm import AsyncEngineArgs
@@ -63,7 +68,7 @@ def engine_args(cfg: Config, model_path: str, dtype: str, weight_transfer: dict)
         enforce_eager=r.enforce_eager, enable_prefix_caching=r.enable_prefix_caching,
         logprobs_mode="processed_logprobs",  # behaviour log-probs at the sampling temperature
         max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
-        hf_overrides={"head_dtype": "float32"} if cfg.model.lm_head_fp32 else {},  # {}: vLLM rejects None
+        hf_overrides=head_overrides(cfg.model.lm_head_fp32),
         seed=cfg.learner.seed, disable_log_stats=True, **weight_transfer)
 
 
@@ -180,7 +185,7 @@ class VLLMRolloutEngine:
     async def _pause(self) -> None:
         await self.llm.pause_generation(mode="keep", clear_cache=self.cfg.rollout.recompute_kv_on_sync)
         seen = None
-        while seen != (now := self._progress()):  # outputs made before the pause finish arriving
+        while seen != (now := (self._finished, await self._tokens_in_flight())):  # pre-pause outputs arrive
             seen = now
             await asyncio.sleep(SETTLE_TICK_S)
         self._mark_boundaries()
@@ -196,9 +201,6 @@ class VLLMRolloutEngine:
             elif unmatched is not None:
                 unmatched.append(state.request_id)
 
-    def _progress(self) -> tuple[int, int]:
-        return self._finished, sum(n for _, _, n in self._in_flight())
-
     def _mark_boundaries(self) -> None:
         """Tokens generated so far by each running request were made by the current version."""
         unmatched: list[str] = []
@@ -209,7 +211,7 @@ class VLLMRolloutEngine:
 
     def stats(self) -> dict:
         """Counters plus tokens generated so far, in-flight requests included."""
-        in_flight = asyncio.run_coroutine_threadsafe(self._tokens_in_flight(), self._loop).result()
+        in_flight = self._on_loop_blocking(self._tokens_in_flight())  # vLLM's request states live on the loop
         return {**self.counts, "tokens_generated": self.counts["tokens_done"] + in_flight}
 
     async def _tokens_in_flight(self) -> int:
