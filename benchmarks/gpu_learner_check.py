@@ -25,25 +25,46 @@ from rayrl.types import GroupMeta, Sample, Task, TrajectoryGroup
 
 
 VLLM_SCRIPT = """
-import json, sys
+import gc, json, sys
 from vllm import LLM, SamplingParams
 model_dir, prompts, n, overrides = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
-llm = LLM(model=model_dir, dtype="bfloat16", enforce_eager=True, gpu_memory_utilization=0.25, max_model_len=256, seed=0,
-          hf_overrides=overrides)  # as the rollout engine runs it (model.lm_head_fp32)
-outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
-                    SamplingParams(temperature=0.0, max_tokens=n, logprobs=0, ignore_eos=True))
-rows = [[list(o.outputs[0].token_ids), [lp[t].logprob for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]]
-        for o in outs]
-print("VLLM_RESULT " + json.dumps(rows), flush=True)
+
+def rescore(llm, seqs):  # each completion token's log-prob in one prefill pass (prompt_logprobs)
+    outs = llm.generate([{"prompt_token_ids": p + t} for p, (t, _) in zip(prompts, seqs)],
+                        SamplingParams(max_tokens=1, prompt_logprobs=0))
+    return [[d[tok].logprob for d, tok in zip(o.prompt_logprobs[len(p):], t)]
+            for o, p, (t, _) in zip(outs, prompts, seqs)]
+
+result = {}
+for dtype in ("bfloat16", "float32"):
+    llm = LLM(model=model_dir, dtype=dtype, enforce_eager=True, gpu_memory_utilization=0.25, max_model_len=256,
+              seed=0, hf_overrides=overrides, enable_prefix_caching=False)  # head dtype as the rollout engine runs it
+    if dtype == "bfloat16":  # the rollout path: greedy decoding, one log-prob per sampled token
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
+                            SamplingParams(temperature=0.0, max_tokens=n, logprobs=0, ignore_eos=True))
+        seqs = [[list(o.outputs[0].token_ids), [lp[t].logprob for t, lp in zip(o.outputs[0].token_ids,
+                                                                                o.outputs[0].logprobs)]]
+                for o in outs]
+        result["decode"] = seqs
+    result[dtype + "_prefill"] = rescore(llm, seqs)
+    del llm
+    gc.collect()
+print("VLLM_RESULT " + json.dumps(result), flush=True)
 """
 
 
-def vllm_greedy(model_dir: str, prompts: list[list[int]], n_tokens: int, lm_head_fp32: bool):
-    """vLLM in its own process, outside the Ray driver (an engine started inside it hung here)."""
+def vllm_scores(model_dir: str, prompts: list[list[int]], n_tokens: int, lm_head_fp32: bool) -> dict:
+    """vLLM in its own process, outside the Ray driver (an engine started inside it hung here): greedy
+    bf16 sequences with their decode log-probs, rescored by a bf16 and an fp32 prefill pass."""
     overrides = json.dumps(head_overrides(lm_head_fp32))
     out = run_outside_ray(VLLM_SCRIPT, [model_dir, json.dumps(prompts), str(n_tokens), overrides], "VLLM_RESULT ",
-                          timeout_s=240)
-    return [tuple(r) for r in json.loads(out)]
+                          timeout_s=300)
+    return json.loads(out)
+
+
+def _gap(a: list[list[float]], b: list[list[float]]) -> tuple[float, float]:
+    diffs = [abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)]
+    return max(diffs), sum(diffs) / len(diffs)
 
 
 def check(backend: list[str], base: Path, prompts: list[list[int]]) -> dict:
@@ -61,19 +82,25 @@ def check(backend: list[str], base: Path, prompts: list[list[int]]) -> dict:
         losses = [group.train(items)["loss"] for _ in range(3)]
         export = base.parent / f"export-{name}"
         group.save(str(export))
-        seqs = vllm_greedy(str(export), prompts, 8, cfg.model.lm_head_fp32)
+        vllm = vllm_scores(str(export), prompts, 8, cfg.model.lm_head_fp32)
+        seqs = vllm["decode"]
         probe = [TrajectoryGroup(Task(str(i), "", "0"), [Sample(str(i), p, toks, lps, [0] * len(toks), "length")])
                  for i, (p, (toks, lps)) in enumerate(zip(prompts, seqs))]
         learner_lp = group.completion_logprobs(probe)
     finally:
         group.kill()
         plan.remove()
-    vllm_lp = [lp for _, lps in seqs for lp in lps]
-    ours = [x for row in learner_lp for x in row]
-    diffs = [abs(a - b) for a, b in zip(ours, vllm_lp)]
-    return {"backend": name, "losses": losses, "max_abs_logprob_diff": max(diffs),
-            "mean_abs_logprob_diff": sum(diffs) / len(diffs),
-            "mean_token_prob": sum(math.exp(x) for x in vllm_lp) / len(vllm_lp), "tokens_compared": len(vllm_lp)}
+    decode = [lps for _, lps in seqs]
+    row = {"backend": name, "losses": losses, "tokens_compared": sum(map(len, decode)),
+           "mean_token_prob": sum(math.exp(x) for r in decode for x in r) / sum(map(len, decode))}
+    # the acceptance gap, then the same gap against references that show the bf16 noise floor
+    for key, a, b in (("logprob_diff", learner_lp, decode),
+                      ("vs_vllm_bf16_prefill", learner_lp, vllm["bfloat16_prefill"]),
+                      ("vllm_decode_vs_prefill", decode, vllm["bfloat16_prefill"]),
+                      ("vs_vllm_fp32", learner_lp, vllm["float32_prefill"]),
+                      ("vllm_bf16_vs_fp32", decode, vllm["float32_prefill"])):
+        row[f"max_{key}"], row[f"mean_{key}"] = _gap(a, b)
+    return row
 
 
 def main() -> None:
@@ -95,9 +122,10 @@ def main() -> None:
                                               ["learner.backend=deepspeed", "learner.zero_stage=3"])]
     ray.shutdown()
     for r in rows:
-        r["ok"] = r["max_abs_logprob_diff"] <= 0.02 and all(math.isfinite(x) for x in r["losses"])
-    print_table(rows, ["backend", "max_abs_logprob_diff", "mean_abs_logprob_diff", "mean_token_prob",
-                       "tokens_compared", "ok"])
+        r["ok"] = r["max_logprob_diff"] <= 0.02 and all(math.isfinite(x) for x in r["losses"])
+    print_table(rows, ["backend", "max_logprob_diff", "mean_logprob_diff", "max_vs_vllm_bf16_prefill",
+                       "max_vllm_decode_vs_prefill", "max_vs_vllm_fp32", "max_vllm_bf16_vs_fp32", "mean_token_prob",
+                       "ok"])
     path = write_result("gpu_learner_check", {"model": str(cfg.model.build.model_dump()), "rows": rows})
     if args.out:
         Path(args.out, "gpu_learner_check.json").write_text(json.dumps(rows, indent=2))

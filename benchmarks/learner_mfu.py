@@ -2,7 +2,7 @@
 train steps on packed sequences of mixed lengths, FSDP2 and DeepSpeed side by side.
 
     python -m benchmarks.learner_mfu [--steps 4] [--peak-tflops 989]   (run on the GPU machine)
-    python -m benchmarks.learner_mfu --head-ab     (FSDP2 with and without the fp32 lm_head, side by side)
+    python -m benchmarks.learner_mfu --runs fsdp:packed:16384,fsdp:padded:8192   (backend:layout:micro-batch tokens)
 
 FLOPs per step = sum over sequences of 6·N·len + 6·layers·(heads·head_dim)·len² (causal attention,
 forward + backward); MFU = FLOPs / step time / peak. Only the training passes are timed: the
@@ -49,12 +49,16 @@ def step_flops(groups: list[TrajectoryGroup], n_params: int) -> float:
     return sum(6 * n_params * n + 6 * attn * n * n for n in lengths)
 
 
-def bench(backend: list[str], model_dir: Path, groups, steps: int, peak: float) -> dict:
+BACKENDS = {"fsdp": ["learner.backend=fsdp"], "zero2": ["learner.backend=deepspeed", "learner.zero_stage=2"]}
+
+
+def bench(run: str, model_dir: Path, groups, steps: int, peak: float) -> dict:
+    backend, layout, tokens_per_mb = run.split(":")
     cfg = load_config(None, ["cluster.n_gpus_per_node=1", "learner.num_workers=1", "learner.dtype=bfloat16",
-                             "learner.max_tokens_per_micro_batch=4096", "learner.pack_sequences=false",
-                             "algorithm.off_policy_correction=false",
-                             f"model.path={model_dir}", *backend])
-    name = "-".join(b.split("=")[1] for b in backend)
+                             f"learner.max_tokens_per_micro_batch={tokens_per_mb}",
+                             f"learner.pack_sequences={layout == 'packed'}", "algorithm.off_policy_correction=false",
+                             f"model.path={model_dir}", *BACKENDS[backend]])
+    name = f"{backend}-{layout}-{tokens_per_mb}"
     plan = PlacementPlan(cfg, name=f"mfu-{name}", learner_only=True)
     plan.create()
     group = LearnerGroup(cfg, str(model_dir), plan)
@@ -92,14 +96,13 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of one GPU (H200: 989)")
-    parser.add_argument("--head-ab", action="store_true", help="FSDP2 with model.lm_head_fp32 true and false")
+    parser.add_argument("--runs", default="fsdp:packed:16384,zero2:packed:16384,fsdp:padded:8192",
+                        help="comma-separated backend:layout:tokens (backend fsdp or zero2, layout packed or padded)")
     args = parser.parse_args()
     model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-1.5b", **QWEN2_1_5B_SHAPE)
     groups = make_groups(args.groups, args.group_size)
     ray.init(address="local", num_gpus=1, include_dashboard=False)
-    configs = ([["learner.backend=fsdp", f"model.lm_head_fp32={v}"] for v in ("true", "false")] if args.head_ab
-               else [["learner.backend=fsdp"], ["learner.backend=deepspeed", "learner.zero_stage=2"]])
-    rows = [bench(b, model_dir, groups, args.steps, args.peak_tflops) for b in configs]
+    rows = [bench(run, model_dir, groups, args.steps, args.peak_tflops) for run in args.runs.split(",")]
     ray.shutdown()
     print_table(rows, ["backend", "step_s", "tokens_per_s", "tflops", "mfu", "micro_batches", "loss"])
     tokens = sum(len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples)

@@ -4,12 +4,13 @@
 #   bash benchmarks/run_gpu_checks.sh logprobs     # 2 GPUs: learner vs vLLM log-probs in bf16, rollout and learner checks
 #   bash benchmarks/run_gpu_checks.sh throughput   # 1 GPU: rollout_throughput
 #   bash benchmarks/run_gpu_checks.sh throughput-tp2  # 2 GPUs: rollout_throughput with tensor parallel 2
+#   bash benchmarks/run_gpu_checks.sh learner      # 1 GPU: varlen attention test, learner_profile, learner_mfu
 # Full logs go to $OUT (or /tmp/gpu-out); a short summary is printed last.
 set -uo pipefail
 out=${OUT:-/tmp/gpu-out}; mkdir -p "$out"; touch "$out/.start"
 quiet() { grep -v -E "INFO|WARNING|Warning|it/s\]|^\s*$" | tail -n "$1"; }
 
-case "${1:?rollout, logprobs, throughput or throughput-tp2}" in
+case "${1:?rollout, logprobs, throughput, throughput-tp2 or learner}" in
 rollout)
   if [ -z "${SKIP_CHECK:-}" ]; then
     timeout 330 python3 -m benchmarks.gpu_rollout_check > "$out/gpu_rollout_check.log" 2>&1
@@ -39,6 +40,16 @@ logprobs)
 throughput-tp2)
   timeout 300 python3 -m benchmarks.rollout_throughput --tp 2 > "$out/rollout_throughput_tp2.log" 2>&1
   echo "rollout_throughput --tp 2 rc=$?"; quiet 6 < "$out/rollout_throughput_tp2.log"
+  ;;
+learner)
+  export CUDA_VISIBLE_DEVICES=0
+  timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_varlen_attention.py > "$out/test_varlen.log" 2>&1
+  echo "test_varlen_attention rc=$?"; tail -n 15 "$out/test_varlen.log" | grep -v "^\s*$" | tail -n 8
+  timeout 150 python3 -m benchmarks.learner_profile > "$out/learner_profile.log" 2>&1
+  echo "learner_profile rc=$?"; quiet 24 < "$out/learner_profile.log"
+  timeout "${MFU_TIMEOUT:-300}" python3 -m benchmarks.learner_mfu --steps 3 ${MFU_RUNS:+--runs $MFU_RUNS} \
+    > "$out/learner_mfu.log" 2>&1
+  echo "learner_mfu rc=$?"; quiet 8 < "$out/learner_mfu.log"
   ;;
 throughput)
   CUDA_VISIBLE_DEVICES=0 timeout 300 python3 -m benchmarks.rollout_throughput > "$out/rollout_throughput.log" 2>&1

@@ -54,9 +54,9 @@ class ModelConfig(_Section):
     backend: Literal["hf", "vllm"] = "hf"  # rollout engine: hf (pure torch) or vllm (AsyncLLM)
     build: ModelBuildConfig = ModelBuildConfig()
     cache_dir: str = "~/.cache/rayrl/models"
-    # fp32 logits from bf16 hidden states on learner and vLLM alike (vLLM's head_dtype). Off, as in vLLM: on
-    # our H200 checks it did not narrow the bf16 log-prob gap and cost 12% of FSDP2 step time; it helps models
-    # whose logits are large (bf16 rounds |logit| ~ 20 to steps of 1/8). No effect when everything runs in fp32
+    # vLLM computes logits in fp32 from bf16 hidden states (its head_dtype), as the learners always score
+    # tokens. Off, as in vLLM: on our H200 checks it did not narrow the bf16 log-prob gap; it helps models whose
+    # logits are large (bf16 rounds |logit| ~ 20 to steps of 1/8). No effect when vLLM runs in fp32
     lm_head_fp32: bool = False
 
 
@@ -107,9 +107,11 @@ class LearnerConfig(_Section):
     grad_clip: float = Field(1.0, gt=0)
     minibatches: int = Field(1, ge=1)  # optimizer steps per training batch
     max_tokens_per_micro_batch: int = Field(8192, ge=1)  # gradient accumulation over micro-batches
-    # padding-free packing pays off only with a varlen attention kernel (flash-attention); with eager or
-    # sdpa attention transformers builds a dense block-diagonal mask, O(tokens²) per micro-batch
-    pack_sequences: bool = False
+    # padding-free packing; None: packed on GPU (FlashAttention-2 varlen), padded on CPU, where eager
+    # attention would build a dense [tokens × tokens] block-diagonal mask per micro-batch
+    pack_sequences: bool | None = None
+    # tokens whose fp32 logits exist at once when the learner scores tokens (forward and backward)
+    logprob_chunk_tokens: int = Field(4096, ge=1)
     dtype: Literal["float32", "bfloat16"] = "float32"  # parameter dtype; gradients reduce in fp32
     zero_stage: Literal[2, 3] = 3  # deepspeed only
     cpu_offload: bool = False  # fsdp: CPUOffloadPolicy; deepspeed: offload optimizer state

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2
 
 from rayrl.config import Config
 from rayrl.data.arithmetic import split
-from rayrl.models.fp32_head import use_fp32_head
+from rayrl.models.logprob_head import use_logprob_head
 from rayrl.models.tokenizer import CHARS, build_char_tokenizer
 from rayrl.models.warmup import supervised_warmup
 
@@ -77,13 +77,13 @@ def build_model(cfg: Config) -> Path:
     return out
 
 
-def load_policy(path: str | os.PathLike, attn_implementation: str = "eager", lm_head_fp32: bool = False):
+def load_policy(path: str | os.PathLike, attn_implementation: str = "eager", logprob_chunk_tokens: int | None = None):
     """(model in fp32, tokenizer) from a local directory, offline. Eager attention on CPU keeps
-    rollout and learner log-probs equal to 1e-5; GPU learners pass "sdpa". lm_head_fp32: fp32 logits
-    even when a learner computes in bf16 (model.lm_head_fp32)."""
+    rollout and learner log-probs equal to 1e-5; GPU learners pass the varlen kernel. Learners pass
+    logprob_chunk_tokens (learner.logprob_chunk_tokens) to score through a TokenLogprobHead."""
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
-    if lm_head_fp32:
-        use_fp32_head(model)
+    if logprob_chunk_tokens is not None:
+        use_logprob_head(model, logprob_chunk_tokens)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model, tokenizer
 

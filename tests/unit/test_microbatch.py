@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from rayrl.batching import collate
-from rayrl.engines.learner.microbatch import microbatches, plan_microbatches
+from rayrl.engines.learner.device import packs_sequences
+from rayrl.engines.learner.microbatch import empty_like, microbatches, plan_microbatches
 from rayrl.engines.learner.policy_step import DataParallel, train_step
 from rayrl.engines.learner.torch_backend import TorchLearner
 from rayrl.models import build_model
@@ -48,3 +49,19 @@ def test_packed_equals_padded(make_cfg, model_path, random_groups):
         worst = max((grads[n] - ref_grads[n]).abs().max().item() for n in grads)
         assert worst <= 1e-5, (overrides, worst)
     assert any(g.abs().max() > 0 for g in ref_grads.values())
+
+
+def test_packed_rows_carry_the_offsets_the_varlen_kernel_reads(make_cfg, random_groups):
+    batch = collate(random_groups(2, 3), 0)
+    batch.advantages = torch.zeros(len(batch.rewards))
+    (mb,) = microbatches(batch, max_tokens=10_000, pack=True)
+    lengths = batch.attention_mask.sum(-1)
+    assert mb.cu_seqlens.dtype == torch.int32
+    assert mb.cu_seqlens.tolist() == [0, *lengths.cumsum(0).tolist()] and mb.max_seqlen == lengths.max()
+    kwargs = mb.attention_kwargs("cpu")
+    assert kwargs["cu_seq_lens_q"] is kwargs["cu_seq_lens_k"] and kwargs["max_length_q"] == mb.max_seqlen
+    (rows,) = microbatches(batch, max_tokens=10_000, pack=False)
+    assert rows.cu_seqlens is None and rows.attention_kwargs("cpu") == {}
+    assert empty_like(mb).cu_seqlens.tolist() == [0, 1] and empty_like(rows).cu_seqlens is None
+    # by default packed only where the varlen kernel runs: on this CPU machine, padded
+    assert not packs_sequences(make_cfg()) and packs_sequences(make_cfg("learner.pack_sequences=true"))

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from rayrl.config import Config
 from rayrl.engines.learner.checkpoint import export_hf, load_extra_state, save_extra_state
-from rayrl.engines.learner.fsdp_backend import attention_for, learner_device
+from rayrl.engines.learner.device import attention_for, learner_device
 from rayrl.engines.learner.microbatch import MicroBatch
 from rayrl.engines.learner.policy_step import torch_dist_data_parallel, train_step
 from rayrl.engines.learner.schedule import make_scheduler
@@ -43,7 +43,7 @@ class DeepSpeedLearner:
         torch.manual_seed(cfg.learner.seed)
         self.cfg, self.device = cfg, learner_device(cfg)
         self._gathered = deepspeed.zero.GatheredParameters
-        load = (model_path, attention_for(self.device), cfg.model.lm_head_fp32)
+        load = (model_path, attention_for(self.device), cfg.learner.logprob_chunk_tokens)
         model, self.tokenizer = load_policy(*load)
         self.hf_config = model.config
         if cfg.learner.activation_checkpointing:

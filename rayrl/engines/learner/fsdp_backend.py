@@ -18,6 +18,7 @@ from torch.distributed.tensor import DTensor
 
 from rayrl.config import Config
 from rayrl.engines.learner.checkpoint import export_hf, load_extra_state, save_extra_state
+from rayrl.engines.learner.device import attention_for, learner_device
 from rayrl.engines.learner.microbatch import MicroBatch
 from rayrl.engines.learner.policy_step import torch_dist_data_parallel, train_step
 from rayrl.engines.learner.schedule import make_scheduler
@@ -26,23 +27,13 @@ from rayrl.models.builder import load_policy
 from rayrl.types import Batch
 
 
-def learner_device(cfg: Config) -> torch.device:
-    return torch.device("cuda") if cfg.cluster.n_gpus_per_node > 0 and torch.cuda.is_available() \
-        else torch.device("cpu")
-
-
-def attention_for(device: torch.device) -> str:
-    """SDPA kernels on GPU; eager on CPU, where the exact-equality tests run."""
-    return "sdpa" if device.type == "cuda" else "eager"
-
-
 class FSDPLearner:
     def __init__(self, cfg: Config, model_path: str, num_threads: int = 1) -> None:
         torch.set_num_threads(max(1, num_threads))
         torch.manual_seed(cfg.learner.seed)
         self.cfg, self.device = cfg, learner_device(cfg)
         self.mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
-        load = (model_path, attention_for(self.device), cfg.model.lm_head_fp32)
+        load = (model_path, attention_for(self.device), cfg.learner.logprob_chunk_tokens)
         model, self.tokenizer = load_policy(*load)
         self.model = self._shard(model)
         self.ref_model = None

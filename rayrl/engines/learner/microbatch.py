@@ -1,8 +1,9 @@
 """Cut a Batch into micro-batches under a token budget: padding-free packed rows or padded rows.
 
-Packed: sequences are concatenated into one row; position_ids restart at 0 for each sequence, which
-transformers turns into a block-diagonal causal mask (attention_mask=None, no cache). Every
-per-token tensor is carried along, so the loss is computed the same way in both layouts.
+Packed: sequences are concatenated into one row; position_ids restart at 0 for each sequence and
+cu_seqlens marks where each starts, for the varlen attention kernel (on CPU transformers turns the
+position_ids into a block-diagonal causal mask). Every per-token tensor is carried along, so the
+loss is computed the same way in both layouts.
 """
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ class MicroBatch(msgspec.Struct):
     prox_logprobs: torch.Tensor | None
     ref_logprobs: torch.Tensor | None
     advantages: torch.Tensor  # [R, L]: each token carries its sequence's advantage
+    cu_seqlens: torch.Tensor | None = None  # packed: int32 [n_seqs + 1] offsets of the sequences in the row
+    max_seqlen: int = 0  # packed: the longest sequence in the row
+
+    def attention_kwargs(self, device) -> dict:
+        """transformers' flash-attention kwargs of a packed row; none for padded rows."""
+        if self.cu_seqlens is None:
+            return {}
+        cu = self.cu_seqlens.to(device)
+        return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": self.max_seqlen,
+                "max_length_k": self.max_seqlen}
 
     @property
     def n_tokens(self) -> int:
@@ -63,7 +74,9 @@ def packed(batch: Batch, rows: list[int]) -> MicroBatch:
               for k, v in _per_token(batch).items()}
     ids = torch.cat([batch.input_ids[i, : lengths[i]] for i in rows]).unsqueeze(0)
     pos = torch.cat([torch.arange(lengths[i]) for i in rows]).unsqueeze(0)
-    return MicroBatch(ids, pos, None, **pieces)
+    sizes = torch.tensor([lengths[i] for i in rows])
+    cu = torch.nn.functional.pad(sizes.cumsum(0), (1, 0)).to(torch.int32)
+    return MicroBatch(ids, pos, None, **pieces, cu_seqlens=cu, max_seqlen=int(sizes.max()))
 
 
 def padded(batch: Batch, rows: list[int]) -> MicroBatch:
@@ -83,7 +96,9 @@ def microbatches(batch: Batch, max_tokens: int, pack: bool = True) -> list[Micro
 def empty_like(mb: MicroBatch) -> MicroBatch:
     """A one-token micro-batch with zero loss weight: keeps ranks in lockstep when one has fewer."""
     one = lambda t: None if t is None else torch.zeros_like(t[:, :1])  # noqa: E731
+    packed_row = mb.cu_seqlens is not None
     return MicroBatch(mb.input_ids[:, :1], torch.zeros_like(mb.position_ids[:, :1]),
                       None if mb.attention_mask is None else mb.attention_mask[:, :1],
                       one(mb.loss_mask), one(mb.behav_logprobs), one(mb.prox_logprobs), one(mb.ref_logprobs),
-                      one(mb.advantages))
+                      one(mb.advantages), torch.tensor([0, 1], dtype=torch.int32) if packed_row else None,
+                      int(packed_row))

@@ -16,6 +16,7 @@ import torch
 
 from rayrl.algorithms import group_advantages, grpo_loss
 from rayrl.config import Config
+from rayrl.engines.learner.device import packs_sequences
 from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches
 from rayrl.types import Batch
 
@@ -59,7 +60,7 @@ def _chunks(items: list, n: int) -> list[list]:
 def train_step(model: Trainable, batch: Batch, dp: DataParallel) -> dict[str, float]:
     cfg, alg = model.cfg, model.cfg.algorithm
     batch.advantages = group_advantages(batch.rewards, batch.group_index, alg.std_normalize, alg.eps)
-    mbs = microbatches(batch, cfg.learner.max_tokens_per_micro_batch, cfg.learner.pack_sequences)
+    mbs = microbatches(batch, cfg.learner.max_tokens_per_micro_batch, packs_sequences(cfg))
     mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
     with torch.no_grad():
         for mb in mbs:

@@ -20,7 +20,8 @@ from rayrl.types import Batch
 def microbatch_logprobs(model, mb: MicroBatch, temperature: float, device="cpu") -> torch.Tensor:
     """Token log-probs of one micro-batch (packed or padded) on the model's device."""
     mask = None if mb.attention_mask is None else mb.attention_mask.to(device)
-    return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.position_ids.to(device))
+    return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.position_ids.to(device),
+                          **mb.attention_kwargs(device))
 
 
 def batch_logprobs(model, batch: Batch, temperature: float, device="cpu") -> torch.Tensor:
@@ -34,10 +35,11 @@ class TorchLearner:
         torch.set_num_threads(max(1, num_threads))
         torch.manual_seed(cfg.learner.seed)
         self.cfg = cfg
-        self.model, self.tokenizer = load_policy(model_path)
+        load = (model_path, "eager", cfg.learner.logprob_chunk_tokens)
+        self.model, self.tokenizer = load_policy(*load)
         self.ref_model = None
         if cfg.algorithm.beta > 0:
-            self.ref_model = load_policy(model_path)[0].eval().requires_grad_(False)
+            self.ref_model = load_policy(*load)[0].eval().requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learner.lr,
                                            weight_decay=cfg.learner.weight_decay)
         self.scheduler = make_scheduler(self.optimizer, cfg.learner)

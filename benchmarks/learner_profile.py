@@ -1,0 +1,81 @@
+"""Where one learner step's GPU time goes: FSDP2 on one GPU, the learner_mfu model and batch, one
+step under torch.profiler, CUDA kernel time summed into matmul / attention / log-prob head /
+elementwise+norm / optimizer / other, plus the busiest kernels.
+
+    python -m benchmarks.learner_profile [--tokens 16384] [--packed true]   (run on the GPU machine)
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from benchmarks.common import print_table, write_result
+from benchmarks.learner_mfu import make_groups
+from rayrl.batching import collate
+from rayrl.config import load_config
+from rayrl.engines.learner.fsdp_backend import FSDPLearner
+from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
+
+# kernel-name fragments per category, first match wins
+CATEGORIES = [("attention", ("flash",)), ("optimizer", ("adam", "foreach", "multi_tensor")),
+              ("matmul", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas")),
+              ("log-softmax / exp", ("logsumexp", "softmax", "exp_kernel")),
+              ("norm / elementwise / copy", ("elementwise", "reduce", "copy", "cat", "index", "scatter", "gather",
+                                             "fill", "rsqrt", "pow", "mean", "mul", "add", "silu"))]
+
+
+def category(name: str) -> str:
+    low = name.lower()
+    return next((c for c, keys in CATEGORIES if any(k in low for k in keys)), "other")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--packed", default="true")
+    args = parser.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    torch.cuda.set_device(0)
+    model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-1.5b", **QWEN2_1_5B_SHAPE)
+    cfg = load_config(None, ["cluster.n_gpus_per_node=1", "learner.backend=fsdp", "learner.dtype=bfloat16",
+                             f"learner.max_tokens_per_micro_batch={args.tokens}", f"learner.pack_sequences={args.packed}",
+                             "algorithm.off_policy_correction=false", f"model.path={model_dir}"])
+    learner = FSDPLearner(cfg, str(model_dir))
+    batch = collate(make_groups(16, 8), learner.tokenizer.pad_token_id)
+    learner.train_step(batch)  # warm-up
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        stats = learner.train_step(batch)
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    kernels = [(e.key, e.device_time_total / 1e6) for e in prof.key_averages() if e.device_time_total > 0]
+    busy = sum(t for _, t in kernels)
+    sums: dict[str, float] = {}
+    for name, t in kernels:
+        sums[category(name)] = sums.get(category(name), 0.0) + t
+    rows = [{"category": c, "gpu_s": t, "share": t / busy} for c, t in sorted(sums.items(), key=lambda x: -x[1])]
+    rows.append({"category": "idle (wall - kernels)", "gpu_s": max(0.0, wall - busy), "share": max(0.0, wall - busy) / wall})
+    top = [{"kernel": n[:90], "gpu_s": t} for n, t in sorted(kernels, key=lambda x: -x[1])[:12]]
+    print_table(top, ["kernel", "gpu_s"])
+    print_table(rows, ["category", "gpu_s", "share"])
+    print(f"profiled step: wall {wall:.2f} s (profiler on), kernels {busy:.2f} s, micro-batches {stats['micro_batches']}")
+    path = write_result("learner_profile", {"model": "qwen2-1.5b-shape", "tokens_per_micro_batch": args.tokens,
+                                            "packed": args.packed, "wall_s": wall, "kernel_s": busy,
+                                            "categories": rows, "top_kernels": top})
+    print(f"-> {path}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
