@@ -2,7 +2,7 @@
 train steps on packed sequences of mixed lengths, FSDP2 and DeepSpeed side by side.
 
     python -m benchmarks.learner_mfu [--steps 4] [--peak-tflops 989]   (run on the GPU machine)
-    python -m benchmarks.learner_mfu --runs fsdp:packed:16384,fsdp:padded:8192   (backend:layout:micro-batch tokens)
+    python -m benchmarks.learner_mfu --runs fsdp:packed:16384:compile,fsdp:padded:8192  (backend:layout:tokens[:compile])
 
 FLOPs per step = sum over sequences of 6·N·len + 6·layers·(heads·head_dim)·len² (causal attention,
 forward + backward); MFU = FLOPs / step time / peak. Only the training passes are timed: the
@@ -53,12 +53,12 @@ BACKENDS = {"fsdp": ["learner.backend=fsdp"], "zero2": ["learner.backend=deepspe
 
 
 def bench(run: str, model_dir: Path, groups, steps: int, peak: float) -> dict:
-    backend, layout, tokens_per_mb = run.split(":")
+    backend, layout, tokens_per_mb, *mode = run.split(":")
     cfg = load_config(None, ["cluster.n_gpus_per_node=1", "learner.num_workers=1", "learner.dtype=bfloat16",
                              f"learner.max_tokens_per_micro_batch={tokens_per_mb}",
                              f"learner.pack_sequences={layout == 'packed'}", "algorithm.off_policy_correction=false",
-                             f"model.path={model_dir}", *BACKENDS[backend]])
-    name = f"{backend}-{layout}-{tokens_per_mb}"
+                             f"learner.compile={mode == ['compile']}", f"model.path={model_dir}", *BACKENDS[backend]])
+    name = "-".join([backend, layout, tokens_per_mb, *mode])
     plan = PlacementPlan(cfg, name=f"mfu-{name}", learner_only=True)
     plan.create()
     group = LearnerGroup(cfg, str(model_dir), plan)
@@ -97,7 +97,8 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of one GPU (H200: 989)")
     parser.add_argument("--runs", default="fsdp:packed:16384,zero2:packed:16384,fsdp:padded:8192",
-                        help="comma-separated backend:layout:tokens (backend fsdp or zero2, layout packed or padded)")
+                        help="comma-separated backend:layout:tokens[:compile] (fsdp or zero2; packed or padded; "
+                             "compile sets learner.compile=true)")
     args = parser.parse_args()
     model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-1.5b", **QWEN2_1_5B_SHAPE)
     groups = make_groups(args.groups, args.group_size)

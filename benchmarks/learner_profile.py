@@ -2,7 +2,7 @@
 step under torch.profiler, CUDA kernel time summed into matmul / attention / log-prob head /
 elementwise+norm / optimizer / other, plus the busiest kernels.
 
-    python -m benchmarks.learner_profile [--tokens 16384] [--packed true]   (run on the GPU machine)
+    python -m benchmarks.learner_profile [--tokens 16384] [--packed true] [--compile false]   (run on the GPU machine)
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--packed", default="true")
+    parser.add_argument("--compile", default="false", help="learner.compile")
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,6 +50,7 @@ def main() -> None:
     model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-1.5b", **QWEN2_1_5B_SHAPE)
     cfg = load_config(None, ["cluster.n_gpus_per_node=1", "learner.backend=fsdp", "learner.dtype=bfloat16",
                              f"learner.max_tokens_per_micro_batch={args.tokens}", f"learner.pack_sequences={args.packed}",
+                             f"learner.compile={args.compile}",
                              "algorithm.off_policy_correction=false", f"model.path={model_dir}"])
     learner = FSDPLearner(cfg, str(model_dir))
     batch = collate(make_groups(16, 8), learner.tokenizer.pad_token_id)
@@ -71,7 +73,7 @@ def main() -> None:
     print_table(rows, ["category", "gpu_s", "share"])
     print(f"profiled step: wall {wall:.2f} s (profiler on), kernels {busy:.2f} s, micro-batches {stats['micro_batches']}")
     path = write_result("learner_profile", {"model": "qwen2-1.5b-shape", "tokens_per_micro_batch": args.tokens,
-                                            "packed": args.packed, "wall_s": wall, "kernel_s": busy,
+                                            "packed": args.packed, "compile": args.compile, "wall_s": wall, "kernel_s": busy,
                                             "categories": rows, "top_kernels": top})
     print(f"-> {path}")
     dist.destroy_process_group()

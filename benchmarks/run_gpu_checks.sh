@@ -43,9 +43,9 @@ throughput-tp2)
   ;;
 learner)
   export CUDA_VISIBLE_DEVICES=0
-  timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_varlen_attention.py > "$out/test_varlen.log" 2>&1
+  [ -n "${SKIP_PROFILE:-}" ] || timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_varlen_attention.py > "$out/test_varlen.log" 2>&1
   echo "test_varlen_attention rc=$?"; tail -n 15 "$out/test_varlen.log" | grep -v "^\s*$" | tail -n 8
-  timeout 150 python3 -m benchmarks.learner_profile > "$out/learner_profile.log" 2>&1
+  timeout 200 python3 -m benchmarks.learner_profile --compile "${PROFILE_COMPILE:-false}" > "$out/learner_profile.log" 2>&1
   echo "learner_profile rc=$?"; quiet 24 < "$out/learner_profile.log"
   timeout "${MFU_TIMEOUT:-300}" python3 -m benchmarks.learner_mfu --steps 3 ${MFU_RUNS:+--runs $MFU_RUNS} \
     > "$out/learner_mfu.log" 2>&1

@@ -116,6 +116,9 @@ class LearnerConfig(_Section):
     zero_stage: Literal[2, 3] = 3  # deepspeed only
     cpu_offload: bool = False  # fsdp: CPUOffloadPolicy; deepspeed: offload optimizer state
     activation_checkpointing: bool = False
+    # torch.compile each decoder layer and the log-prob head's softmax arithmetic: fuses norms, rotary and
+    # activations (GPU; the first step pays the compile). Off: eager, as every CPU test runs
+    compile: bool = False
     seed: int = 0
 
     @model_validator(mode="after")

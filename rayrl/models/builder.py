@@ -77,13 +77,18 @@ def build_model(cfg: Config) -> Path:
     return out
 
 
-def load_policy(path: str | os.PathLike, attn_implementation: str = "eager", logprob_chunk_tokens: int | None = None):
+def load_policy(path: str | os.PathLike, attn_implementation: str = "eager", logprob_chunk_tokens: int | None = None,
+                compile_layers: bool = False):
     """(model in fp32, tokenizer) from a local directory, offline. Eager attention on CPU keeps
     rollout and learner log-probs equal to 1e-5; GPU learners pass the varlen kernel. Learners pass
-    logprob_chunk_tokens (learner.logprob_chunk_tokens) to score through a TokenLogprobHead."""
+    logprob_chunk_tokens (learner.logprob_chunk_tokens) to score through a TokenLogprobHead, and
+    compile_layers (learner.compile) to torch.compile each decoder layer and that head."""
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
     if logprob_chunk_tokens is not None:
-        use_logprob_head(model, logprob_chunk_tokens)
+        use_logprob_head(model, logprob_chunk_tokens, compiled=compile_layers)
+    if compile_layers:
+        for layer in model.model.layers:
+            layer.compile()  # before sharding: FSDP2 / ZeRO hooks stay outside the compiled graph
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model, tokenizer
 

@@ -31,7 +31,9 @@ def _batch():
     samples = [Sample("0", torch.randint(3, 300, (p,), generator=gen).tolist(),
                       torch.randint(3, 300, (c,), generator=gen).tolist(), [0.0] * c, [0] * c, "length", reward=1.0)
                for p, c in ((4, 9), (30, 40), (2, 3), (64, 100), (11, 1))]
-    return collate([TrajectoryGroup(Task("0", "", "0"), samples)], pad_id=0)
+    batch = collate([TrajectoryGroup(Task("0", "", "0"), samples)], pad_id=0)
+    batch.advantages = torch.zeros(len(samples))
+    return batch
 
 
 def _run(model_dir, attention: str, dtype, pack: bool):

@@ -56,8 +56,7 @@ def test_outside_scoring_it_is_the_plain_lm_head_with_names_and_ties_kept():
 
 def test_bf16_scores_use_fp32_logits():
     torch.manual_seed(1)
-    head = TokenLogprobHead(64, 300, bias=False).bfloat16()
-    head.chunk = 16
+    head = TokenLogprobHead(64, 300, chunk=16).bfloat16()
     hidden = (torch.randn(40, 64) * 4).bfloat16()
     targets = torch.randint(0, 300, (40,))
     with scoring(head, targets, 1.0):

@@ -43,7 +43,7 @@ class DeepSpeedLearner:
         torch.manual_seed(cfg.learner.seed)
         self.cfg, self.device = cfg, learner_device(cfg)
         self._gathered = deepspeed.zero.GatheredParameters
-        load = (model_path, attention_for(self.device), cfg.learner.logprob_chunk_tokens)
+        load = (model_path, attention_for(self.device), cfg.learner.logprob_chunk_tokens, cfg.learner.compile)
         model, self.tokenizer = load_policy(*load)
         self.hf_config = model.config
         if cfg.learner.activation_checkpointing:

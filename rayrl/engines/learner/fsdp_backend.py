@@ -33,7 +33,7 @@ class FSDPLearner:
         torch.manual_seed(cfg.learner.seed)
         self.cfg, self.device = cfg, learner_device(cfg)
         self.mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
-        load = (model_path, attention_for(self.device), cfg.learner.logprob_chunk_tokens)
+        load = (model_path, attention_for(self.device), cfg.learner.logprob_chunk_tokens, cfg.learner.compile)
         model, self.tokenizer = load_policy(*load)
         self.model = self._shard(model)
         self.ref_model = None

@@ -35,7 +35,7 @@ class TorchLearner:
         torch.set_num_threads(max(1, num_threads))
         torch.manual_seed(cfg.learner.seed)
         self.cfg = cfg
-        load = (model_path, "eager", cfg.learner.logprob_chunk_tokens)
+        load = (model_path, "eager", cfg.learner.logprob_chunk_tokens, cfg.learner.compile)
         self.model, self.tokenizer = load_policy(*load)
         self.ref_model = None
         if cfg.algorithm.beta > 0:
