@@ -43,7 +43,7 @@ throughput-tp2)
   ;;
 learner)
   export CUDA_VISIBLE_DEVICES=0
-  [ -n "${SKIP_PROFILE:-}" ] || timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_varlen_attention.py > "$out/test_varlen.log" 2>&1
+  timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_varlen_attention.py > "$out/test_varlen.log" 2>&1
   echo "test_varlen_attention rc=$?"; tail -n 15 "$out/test_varlen.log" | grep -v "^\s*$" | tail -n 8
   timeout 200 python3 -m benchmarks.learner_profile --compile "${PROFILE_COMPILE:-false}" > "$out/learner_profile.log" 2>&1
   echo "learner_profile rc=$?"; quiet 24 < "$out/learner_profile.log"
