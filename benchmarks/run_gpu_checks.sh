@@ -25,7 +25,7 @@ shape = {k: v for k, v in QWEN2_1_5B_SHAPE.items() if k != 'vocab_size'}
 save_random_qwen2('$work/model', chars=TEXT_CHARS, **shape)
 write_synthetic_gsm8k('$work/gsm8k.jsonl', 512)
 " > "$out/fixtures.log" 2>&1 || { echo "fixtures failed"; tail -20 "$out/fixtures.log"; }
-  timeout 240 python3 recipes/gsm8k_grpo.py --config recipes/gsm8k_grpo.yaml model.path="$work/model" \
+  timeout 330 python3 recipes/gsm8k_grpo.py --config recipes/gsm8k_grpo.yaml model.path="$work/model" \
     data.path="$work/gsm8k.jsonl" learner.total_steps=3 rollout.batch_size=16 data.eval_size=32 \
     rollout.enforce_eager=true scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name=gsm8k-3 metrics.progress=false \
     > "$out/gsm8k_recipe.log" 2>&1

@@ -48,16 +48,24 @@ def _run(model_dir, attention: str, dtype, pack: bool):
 
 
 def _grad_error(grads, ref):
-    return max(((grads[n] - ref[n]).norm() / ref[n].norm()).item() for n in ref)
+    """Relative error of the whole gradient, and the worst (error, name) among the large parameters
+    (k_proj.bias has no true gradient: softmax ignores it, so its relative error is noise over noise)."""
+    total = (sum((grads[n] - ref[n]).norm() ** 2 for n in ref) / sum(ref[n].norm() ** 2 for n in ref)).sqrt()
+    worst = max((((grads[n] - ref[n]).norm() / ref[n].norm()).item(), n) for n in ref if not n.endswith("k_proj.bias"))
+    return total.item(), worst
 
 
 def test_varlen_matches_the_fp32_reference_as_closely_as_sdpa(model_dir):
     ref_scores, ref_grads = _run(model_dir, "eager", torch.float32, pack=False)
     sdpa_scores, sdpa_grads = _run(model_dir, "sdpa", torch.bfloat16, pack=False)
     sdpa_err = (sdpa_scores - ref_scores).abs().max().item()
-    sdpa_gerr = _grad_error(sdpa_grads, ref_grads)
+    sdpa_total, sdpa_worst = _grad_error(sdpa_grads, ref_grads)
     for pack in (True, False):
         scores, grads = _run(model_dir, VARLEN, torch.bfloat16, pack=pack)
-        err, gerr = (scores - ref_scores).abs().max().item(), _grad_error(grads, ref_grads)
+        err = (scores - ref_scores).abs().max().item()
+        total, worst = _grad_error(grads, ref_grads)
+        print(f"pack={pack}: score err {err:.4f} (sdpa {sdpa_err:.4f}); grad err {total:.4f} (sdpa {sdpa_total:.4f}), "
+              f"worst {worst} (sdpa {sdpa_worst})")
         assert err <= 2 * sdpa_err + 0.02, (pack, err, sdpa_err)
-        assert gerr <= 2 * sdpa_gerr + 0.01, (pack, gerr, sdpa_gerr)
+        assert total <= 2 * sdpa_total + 0.01, (pack, total, sdpa_total)
+        assert worst[0] <= 2 * sdpa_worst[0] + 0.01, (pack, worst, sdpa_worst)
