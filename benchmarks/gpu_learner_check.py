@@ -1,7 +1,8 @@
 """GPU check of the learner group (2 GPUs): FSDP2 and DeepSpeed ZeRO-3 train a Qwen2-shaped model in
 bf16; the HF export loads in vLLM and vLLM's log-probs match the learner's on a peaked model.
 
-    python -m benchmarks.gpu_learner_check --out DIR      (run on the GPU machine)
+    python -m benchmarks.gpu_learner_check [--out DIR] [key=value ...]   (run on the GPU machine; overrides
+    such as model.lm_head_fp32=true apply to learners and vLLM alike)
 """
 
 from __future__ import annotations
@@ -67,10 +68,10 @@ def _gap(a: list[list[float]], b: list[list[float]]) -> tuple[float, float]:
     return max(diffs), sum(diffs) / len(diffs)
 
 
-def check(backend: list[str], base: Path, prompts: list[list[int]]) -> dict:
+def check(backend: list[str], base: Path, prompts: list[list[int]], overrides: list[str]) -> dict:
     name = backend[0].split("=")[1]
     cfg = load_config(None, ["cluster.n_gpus_per_node=2", "learner.num_workers=2", "learner.dtype=bfloat16",
-                             "learner.lr=1e-5", "rollout.temperature=1.0", f"model.path={base}", *backend])
+                             "learner.lr=1e-5", "rollout.temperature=1.0", f"model.path={base}", *backend, *overrides])
     plan = PlacementPlan(cfg, name=f"check-{name}", learner_only=True)
     plan.create()
     group = LearnerGroup(cfg, str(base), plan)
@@ -106,6 +107,7 @@ def check(backend: list[str], base: Path, prompts: list[list[int]]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=None)
+    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp())
     # the arithmetic policy built from config and warmed up: trained, so its next-token
@@ -118,7 +120,7 @@ def main() -> None:
     template = PromptTemplate(AutoTokenizer.from_pretrained(base))
     prompts = [template.encode(t) for t in split(cfg.data)[1][:16]]
     ray.init(address="local", num_gpus=2, include_dashboard=False)
-    rows = [check(b, base, prompts) for b in (["learner.backend=fsdp"],
+    rows = [check(b, base, prompts, args.overrides) for b in (["learner.backend=fsdp"],
                                               ["learner.backend=deepspeed", "learner.zero_stage=3"])]
     ray.shutdown()
     for r in rows:
@@ -126,7 +128,8 @@ def main() -> None:
     print_table(rows, ["backend", "max_logprob_diff", "mean_logprob_diff", "max_vs_vllm_bf16_prefill",
                        "max_vllm_decode_vs_prefill", "max_vs_vllm_fp32", "max_vllm_bf16_vs_fp32", "mean_token_prob",
                        "ok"])
-    path = write_result("gpu_learner_check", {"model": str(cfg.model.build.model_dump()), "rows": rows})
+    path = write_result("gpu_learner_check", {"model": str(cfg.model.build.model_dump()), "overrides": args.overrides,
+                                              "rows": rows})
     if args.out:
         Path(args.out, "gpu_learner_check.json").write_text(json.dumps(rows, indent=2))
     print(f"-> {path}")
