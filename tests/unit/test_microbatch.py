@@ -65,3 +65,13 @@ def test_packed_rows_carry_the_offsets_the_varlen_kernel_reads(make_cfg, random_
     assert empty_like(mb).cu_seqlens.tolist() == [0, 1] and empty_like(rows).cu_seqlens is None
     # by default packed only where the varlen kernel runs: on this CPU machine, padded
     assert not packs_sequences(make_cfg()) and packs_sequences(make_cfg("learner.pack_sequences=true"))
+
+
+def test_compiled_learner_equals_eager(make_cfg, model_path, random_groups):
+    """learner.compile=true (torch.compile of each decoder layer and of the log-prob head's arithmetic)
+    gives eager's loss and gradients; inductor compiles for the CPU here as it does for GPUs there."""
+    eager_stats, eager_grads = loss_and_grads(make_cfg, model_path, random_groups, "learner.pack_sequences=true")
+    stats, grads = loss_and_grads(make_cfg, model_path, random_groups, "learner.pack_sequences=true",
+                                  "learner.compile=true")
+    assert stats["loss"] == pytest.approx(eager_stats["loss"], abs=1e-6)
+    assert max((grads[n] - eager_grads[n]).abs().max().item() for n in grads) <= 1e-5
