@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of one GPU (H200: 989)")
-    parser.add_argument("--runs", default="fsdp:packed:16384,zero2:packed:16384,fsdp:padded:8192",
+    parser.add_argument("--runs", default="fsdp:packed:16384,fsdp:packed:16384:compile,zero2:packed:16384:compile",
                         help="comma-separated backend:layout:tokens[:compile] (fsdp or zero2; packed or padded; "
                              "compile sets learner.compile=true)")
     args = parser.parse_args()
