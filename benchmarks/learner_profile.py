@@ -66,8 +66,10 @@ def main() -> None:
     sums: dict[str, float] = {}
     for name, t in kernels:
         sums[category(name)] = sums.get(category(name), 0.0) + t
+    # shares of kernel time; the idle row's share is of the profiled wall time
     rows = [{"category": c, "gpu_s": t, "share": t / busy} for c, t in sorted(sums.items(), key=lambda x: -x[1])]
-    rows.append({"category": "idle (wall - kernels)", "gpu_s": max(0.0, wall - busy), "share": max(0.0, wall - busy) / wall})
+    idle = max(0.0, wall - busy)
+    rows.append({"category": "idle (share of wall time)", "gpu_s": idle, "share": idle / wall})
     top = [{"kernel": n[:90], "gpu_s": t} for n, t in sorted(kernels, key=lambda x: -x[1])[:12]]
     print_table(top, ["kernel", "gpu_s"])
     print_table(rows, ["category", "gpu_s", "share"])
