@@ -38,8 +38,8 @@ def _chunk_grad(z: torch.Tensor, lse: torch.Tensor, g: torch.Tensor, targets: to
 
 # learner.compile: one fused kernel each instead of five passes over a [chunk × vocab] fp32 tensor
 # (torch.compile is lazy: nothing compiles until a compiled learner first calls them)
-_FUSED = {_chunk_scores: torch.compile(_chunk_scores, dynamic=True),
-          _chunk_grad: torch.compile(_chunk_grad, dynamic=True)}
+_chunk_scores_fused = torch.compile(_chunk_scores, dynamic=True)
+_chunk_grad_fused = torch.compile(_chunk_grad, dynamic=True)
 
 
 class _ChunkedTokenLogprobs(torch.autograd.Function):
@@ -47,7 +47,7 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, temperature: float, chunk: int, compiled: bool):
-        scores_of = _FUSED[_chunk_scores] if compiled else _chunk_scores
+        scores_of = _chunk_scores_fused if compiled else _chunk_scores
         out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(out)
         for s in range(0, hidden.shape[0], chunk):
@@ -60,7 +60,7 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         hidden, weight, targets, lse = ctx.saved_tensors
-        grad_of = _FUSED[_chunk_grad] if ctx.compiled else _chunk_grad
+        grad_of = _chunk_grad_fused if ctx.compiled else _chunk_grad
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
             if ctx.needs_input_grad[1] else None

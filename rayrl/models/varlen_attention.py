@@ -20,6 +20,17 @@ def _flash(q, k, v, cu: torch.Tensor, max_len: int, scale: float | None) -> torc
                                                    scale=scale)[0]
 
 
+def _starts(position_ids: torch.Tensor | None, b: int, length: int, device) -> tuple[torch.Tensor, int]:
+    """Sequence offsets of b rows of `length` tokens laid end to end: each row starts one, and so does
+    every restart of position_ids inside a row (a packed row passed without its cu_seq_lens)."""
+    if position_ids is None:
+        starts = torch.arange(0, b * length, length, device=device)
+    else:
+        starts = (position_ids.expand(b, length).reshape(-1) == 0).nonzero().squeeze(-1)
+    cu = torch.cat([starts, starts.new_tensor([b * length])]).to(torch.int32)
+    return cu, int(cu.diff().max())
+
+
 def varlen_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers' attention signature: query [B, H, L, D]; returns ([B, L, H, D], None)."""
     if dropout:
@@ -31,9 +42,9 @@ def varlen_attention_forward(module, query, key, value, attention_mask, scaling=
             raise ValueError(f"packed micro-batches are one row; got {b} rows with cu_seq_lens_q")
         out = _flash(q[0], k[0], v[0], kwargs["cu_seq_lens_q"].to(torch.int32), kwargs["max_length_q"], scaling)
         return out.unsqueeze(0), None
-    if attention_mask is None:  # every row one full sequence
-        cu = torch.arange(0, (b + 1) * length, length, dtype=torch.int32, device=query.device)
-        out = _flash(*(t.reshape(b * length, *t.shape[2:]) for t in (q, k, v)), cu, length, scaling)
+    if attention_mask is None:  # no padding: a sequence starts wherever position_ids restart at 0
+        cu, max_len = _starts(kwargs.get("position_ids"), b, length, query.device)
+        out = _flash(*(t.reshape(b * length, *t.shape[2:]) for t in (q, k, v)), cu, max_len, scaling)
         return out.view(b, length, *out.shape[1:]), None
     keep = attention_mask.reshape(-1).nonzero().squeeze(-1)  # padded rows: drop the pads, then put them back
     lengths = attention_mask.sum(-1, dtype=torch.int32)

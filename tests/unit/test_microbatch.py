@@ -75,3 +75,15 @@ def test_compiled_learner_equals_eager(make_cfg, model_path, random_groups):
                                   "learner.compile=true")
     assert stats["loss"] == pytest.approx(eager_stats["loss"], abs=1e-6)
     assert max((grads[n] - eager_grads[n]).abs().max().item() for n in grads) <= 1e-5
+
+
+def test_varlen_kernel_finds_sequences_where_positions_restart():
+    """Without cu_seq_lens the varlen attention derives them: each row, and each restart within a row."""
+    from rayrl.models.varlen_attention import _starts
+
+    cu, longest = _starts(torch.tensor([[0, 1, 2, 0, 1, 0]]), 1, 6, "cpu")
+    assert cu.tolist() == [0, 3, 5, 6] and longest == 3 and cu.dtype == torch.int32
+    cu, longest = _starts(None, 2, 4, "cpu")
+    assert cu.tolist() == [0, 4, 8] and longest == 4
+    cu, _ = _starts(torch.arange(4).unsqueeze(0), 2, 4, "cpu")  # one position row shared by two rows
+    assert cu.tolist() == [0, 4, 8]
