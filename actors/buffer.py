@@ -18,7 +18,6 @@ class TrajectoryBuffer:
         self.items: deque[tuple[ray.ObjectRef, GroupMeta]] = deque()
         self.changed = asyncio.Condition()
         self.closed = False
-        self.consumed = 0
 
     async def admit(self, n: int) -> int:
         """Wait until at least one group may start; grant up to n. 0 means the buffer closed."""
@@ -41,13 +40,17 @@ class TrajectoryBuffer:
             self.changed.notify_all()
 
     async def get_batch(self, n: int) -> list[tuple[list[ray.ObjectRef], GroupMeta]]:
-        """The n oldest groups, as wrapped refs, once n are ready."""
+        """The n oldest groups, as wrapped refs, once n are ready; each within the staleness bound."""
         async with self.changed:
             await self.changed.wait_for(lambda: len(self.items) >= n or self.closed)
             if len(self.items) < n:
                 raise RuntimeError(f"buffer closed with {len(self.items)} of {n} groups")
             out = [([ref], meta) for ref, meta in (self.items.popleft() for _ in range(n))]
-            self.consumed += n
+            m = self.manager
+            stale = [meta for _, meta in out if m.version - meta.version > m.max_staleness]
+            if stale:  # admission control guarantees this never happens; training on them would be wrong
+                raise RuntimeError(f"{len(stale)} groups exceed max_staleness={m.max_staleness} at version "
+                                   f"{m.version}, e.g. task {stale[0].task_id} from version {stale[0].version}")
             return out
 
     async def set_version(self, version: int) -> None:
@@ -64,5 +67,4 @@ class TrajectoryBuffer:
 
     async def stats(self) -> dict:
         m = self.manager
-        return {"version": m.version, "accepted": m.accepted, "running": m.running,
-                "waiting": len(self.items), "consumed": self.consumed}
+        return {"version": m.version, "accepted": m.accepted, "running": m.running, "waiting": len(self.items)}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from datetime import timedelta
 
 import ray
@@ -12,22 +11,12 @@ import torch.distributed as dist
 
 from rayrl.batching import batch_stats, collate
 from rayrl.config import Config
-from rayrl.engines.registry import LEARNER_BACKENDS, WEIGHT_TRANSPORTS, resolve
+from rayrl.engines.learner import Learner
+from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan_buckets
 from rayrl.metrics import merge_rank_stats
-from rayrl.types import GroupMeta, TrajectoryGroup
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-@ray.remote(num_cpus=0)
-def _rendezvous_address() -> tuple[str, int]:
-    """Runs pinned to learner rank 0's bundle: that node's address and a free port there."""
-    return ray.util.get_node_ip_address(), _free_port()
+from rayrl.placement import node_address
+from rayrl.types import TrajectoryGroup
 
 
 @ray.remote
@@ -37,8 +26,8 @@ class LearnerWorker:
         self.rank, self.world_size, self.cfg = rank, world_size, cfg
         if cfg.learner.backend != "torch":
             self._init_process_group(master)
-        self.backend = resolve(LEARNER_BACKENDS, cfg.learner.backend, "learner.backend")(cfg, model_path, num_threads)
-        self.pad_id = self.backend.tokenizer.pad_token_id
+        self.learner = Learner(cfg, model_path, num_threads)
+        self.pad_id = self.learner.tokenizer.pad_token_id
         self.transport = None
 
     def _init_process_group(self, master: tuple[str, int]) -> None:
@@ -51,29 +40,27 @@ class LearnerWorker:
         if gpu:
             torch.cuda.set_device(0)  # Ray exposes exactly this rank's GPU
         dist.init_process_group("nccl" if gpu else "gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank,
-                                world_size=self.world_size, timeout=timedelta(seconds=self.cfg.sync.timeout_s))
+                                world_size=self.world_size,
+                                timeout=timedelta(seconds=self.cfg.learner.process_group_timeout_s))
 
-    def train(self, items: list[tuple[list[ray.ObjectRef], GroupMeta]]) -> dict:
-        """Fetch this rank's groups straight from the object store and take one training step."""
-        groups: list[TrajectoryGroup] = ray.get([ref[0] for ref, _ in items])
+    def train(self, refs: list[list[ray.ObjectRef]]) -> dict:
+        """Fetch this rank's groups straight from the object store and take one training step.
+        Each ref comes wrapped in a list, so Ray hands over the reference, not the data."""
+        groups: list[TrajectoryGroup] = ray.get([ref[0] for ref in refs])
         batch = collate(groups, self.pad_id)
-        version = self.backend.version
-        stats = {**batch_stats(batch, version), **self.backend.train_step(batch)}
-        stats["version"] = self.backend.version
+        stats = {**batch_stats(batch, self.learner.version), **self.learner.train_step(batch)}
+        stats["version"] = self.learner.version
         return stats
 
     def completion_logprobs(self, groups: list[TrajectoryGroup]) -> list[list[float]]:
         """Per sample, the learner's log-probs of its completion tokens (to check against rollout)."""
         batch = collate(groups, self.pad_id)
-        logp = self.backend.compute_logprobs(batch)
+        logp = self.learner.compute_logprobs(batch)
         return [logp[i][batch.loss_mask[i] > 0].tolist() for i in range(logp.shape[0])]
-
-    def weight_sync_address(self) -> tuple[str, int]:
-        return ray.util.get_node_ip_address(), _free_port()
 
     def weight_plan(self, bucket_bytes: int) -> BucketPlan:
         specs = [TensorSpec(n, shape, str(dtype).removeprefix("torch."))
-                 for n, shape, dtype in self.backend.weight_specs()]
+                 for n, shape, dtype in self.learner.weight_specs()]
         return plan_buckets(specs, bucket_bytes)
 
     def init_weight_sync(self, group_info: GroupInfo) -> None:
@@ -82,7 +69,7 @@ class LearnerWorker:
 
     def send_weights(self, plan: BucketPlan) -> None:
         """Every rank walks its full weights in lockstep; rank 0 streams them to the rollout workers."""
-        weights = self.backend.named_full_weights()
+        weights = self.learner.named_full_weights()
         if self.rank == 0:
             self.transport.send(weights, plan)
         else:
@@ -91,14 +78,14 @@ class LearnerWorker:
 
     def full_weights(self) -> dict:
         """Every parameter, full, on rank 0 ({} elsewhere); all ranks must be called (collective)."""
-        weights = {n: t.detach().cpu().clone() for n, t in self.backend.named_full_weights()}
+        weights = {n: t.detach().cpu().clone() for n, t in self.learner.named_full_weights()}
         return weights if self.rank == 0 else {}
 
     def save(self, path: str) -> None:
-        self.backend.save(path)
+        self.learner.save(path)
 
     def load(self, path: str) -> None:
-        self.backend.load(path)
+        self.learner.load(path)
 
 
 class LearnerGroup:
@@ -107,7 +94,8 @@ class LearnerGroup:
     def __init__(self, cfg: Config, model_path: str, placement, namespace: str | None = None) -> None:
         n = cfg.learner.num_workers
         rank0 = placement.actor_options("learner", 0)["scheduling_strategy"]
-        master = ray.get(_rendezvous_address.options(scheduling_strategy=rank0).remote())
+        master = ray.get(node_address.options(scheduling_strategy=rank0).remote())
+        self.rank0_strategy = rank0
         self.workers = [
             LearnerWorker.options(name=f"learner-{r}", namespace=namespace, **placement.actor_options("learner", r))
             .remote(r, n, cfg, model_path, placement.threads("learner"), master)
@@ -118,10 +106,10 @@ class LearnerGroup:
     def rank0(self):
         return self.workers[0]
 
-    def train(self, items: list) -> dict:
-        """Shard the groups across ranks, train on all, merge their stats."""
+    def train(self, refs: list[list[ray.ObjectRef]]) -> dict:
+        """Shard the groups (list-wrapped refs) across ranks, train on all, merge their stats."""
         n = len(self.workers)
-        return merge_rank_stats(ray.get([w.train.remote(items[r::n]) for r, w in enumerate(self.workers)]))
+        return merge_rank_stats(ray.get([w.train.remote(refs[r::n]) for r, w in enumerate(self.workers)]))
 
     def completion_logprobs(self, groups: list[TrajectoryGroup]) -> list[list[float]]:
         """Rank 0's answer; every rank computes (sharded forward passes are collective)."""

@@ -4,6 +4,7 @@ groups, so pause / weight updates are served while generation is in flight."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import ray
@@ -16,7 +17,8 @@ from rayrl.metrics import RayCounters
 from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
 
 
-@ray.remote(concurrency_groups={"gen": 4, "ctrl": 1})
+# "gen" is left at Ray's own bound for async actors; rollout.max_concurrent_calls limits the engine calls
+@ray.remote(concurrency_groups={"gen": 1000, "ctrl": 1})
 class RolloutWorker:
     def __init__(self, index: int, cfg: Config, model_path: str, template: PromptTemplate, queue: Queue,
                  buffer, rewards: list, num_threads: int) -> None:
@@ -25,6 +27,7 @@ class RolloutWorker:
         engine_cls = resolve(ROLLOUT_ENGINES, cfg.model.backend, "model.backend")
         self.engine = engine_cls(model_path, cfg, num_threads, template.tokenizer)
         self.stopped = False
+        self.calls = asyncio.Semaphore(cfg.rollout.max_concurrent_calls)
         self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0}
         self.metrics = RayCounters(f"rollout-{index}", {
             "rollout_samples_total": "samples generated", "rollout_tokens_total": "completion tokens",
@@ -35,7 +38,8 @@ class RolloutWorker:
     @ray.method(concurrency_group="gen")
     async def generate(self, requests: list[GenerationRequest]) -> list[Sample]:
         """Raw requests in, samples out (no reward, no buffer): evaluation, benchmarks, your own loops."""
-        samples = await self.engine.generate(requests)
+        async with self.calls:
+            samples = await self.engine.generate(requests)
         self._count(samples)
         return samples
 
@@ -52,9 +56,8 @@ class RolloutWorker:
         """n samples per task, unscored, one engine call."""
         requests = [GenerationRequest(t.id, self.template.encode(t), n, self.cfg.rollout.max_new_tokens,
                                       temperature) for t in tasks]
-        t0 = time.perf_counter()
-        samples = await self.engine.generate(requests)
-        self.totals["gen_s"] += time.perf_counter() - t0
+        async with self.calls:
+            samples = await self.engine.generate(requests)
         by_id: dict[str, list] = {t.id: [] for t in tasks}
         for s in samples:
             by_id[s.request_id].append(s)
@@ -75,7 +78,9 @@ class RolloutWorker:
             if not tasks:
                 continue
             try:
+                t0 = time.perf_counter()
                 groups = await self.generate_groups(tasks, r.group_size, r.temperature)
+                self.totals["gen_s"] += time.perf_counter() - t0  # training rollouts only, not evaluation
             except Exception:
                 self.totals["errors"] += 1
                 self.metrics.inc("rollout_errors_total")
@@ -84,7 +89,7 @@ class RolloutWorker:
             for g in groups:
                 reward = self.rewards[self.totals["groups"] % len(self.rewards)]
                 scored = reward.score.remote(g)
-                await self.buffer.put.remote([scored], GroupMeta(g.task.id, g.min_version, len(g.samples)))
+                await self.buffer.put.remote([scored], GroupMeta(g.task.id, g.min_version))
                 self.totals["groups"] += 1
         return {**self.totals, **self.engine.stats()}
 
@@ -105,6 +110,15 @@ class RolloutWorker:
     @ray.method(concurrency_group="ctrl")
     def stats(self) -> dict:
         return {**self.totals, "version": self.engine.version, **self.engine.stats(), "gpu_ids": ray.get_gpu_ids()}
+
+    @ray.method(concurrency_group="ctrl")
+    async def pause(self) -> None:
+        """Hold generation; in-flight requests are kept and continue on resume()."""
+        await self.engine.pause()
+
+    @ray.method(concurrency_group="ctrl")
+    async def resume(self) -> None:
+        await self.engine.resume()
 
     @ray.method(concurrency_group="ctrl")
     def sync_ranks(self) -> int:

@@ -21,7 +21,7 @@ from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
 from rayrl.models import build_model
 from rayrl.placement import PlacementPlan
-from rayrl.types import GroupMeta, Sample, Task, TrajectoryGroup
+from rayrl.types import Sample, Task, TrajectoryGroup
 
 
 
@@ -79,7 +79,7 @@ def check(backend: list[str], base: Path, prompts: list[list[int]], overrides: l
         groups = [TrajectoryGroup(Task(str(i), "", "0"), [
             Sample(str(i), p, [4 + (i + j) % 10 for j in range(8)], [-1.0] * 8, [0] * 8, "length",
                    reward=float(k % 2)) for k in range(4)]) for i, p in enumerate(prompts)]
-        items = [([ray.put(g)], GroupMeta(g.task.id, 0, 4)) for g in groups]
+        items = [[ray.put(g)] for g in groups]
         losses = [group.train(items)["loss"] for _ in range(3)]
         export = base.parent / f"export-{name}"
         group.save(str(export))

@@ -16,7 +16,6 @@ import ray
 from benchmarks.common import print_table, write_result
 from rayrl.config import load_config
 from rayrl.trainer import Trainer
-from rayrl.types import GroupMeta
 
 
 def _diffs(learner_lp, groups) -> list[float]:
@@ -46,8 +45,8 @@ def check(dtype: str, work: str, placement: list[str]) -> dict:
         before = _diffs(ray.get(learner.completion_logprobs.remote(groups)), groups)
         refs = [t.rewards[0].score.remote(g) for g in groups]
         for _ in range(3):
-            stats = t.learners.train([([r], GroupMeta(g.task.id, 0, 8)) for r, g in zip(refs, groups)])
-        synced = ray.get(t.broadcaster.sync.remote(stats["version"]))
+            t.learners.train([[r] for r in refs])
+        synced = ray.get(t.broadcaster.sync.remote())
         fresh = ray.get(rollout.generate_groups.remote(t.train_tasks[32:64], 8, 1.0))
         after = _diffs(ray.get(learner.completion_logprobs.remote(fresh)), fresh)
         greedy_after = ray.get(rollout.generate_groups.remote(t.eval_tasks[:64], 1, 0.0))

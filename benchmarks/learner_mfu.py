@@ -24,7 +24,7 @@ from rayrl.actors import LearnerGroup
 from rayrl.config import load_config
 from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.placement import PlacementPlan
-from rayrl.types import GroupMeta, Sample, Task, TrajectoryGroup
+from rayrl.types import Sample, Task, TrajectoryGroup
 
 
 def make_groups(n_groups: int, group_size: int, seed: int = 0) -> list[TrajectoryGroup]:
@@ -62,7 +62,7 @@ def bench(run: str, model_dir: Path, groups, steps: int, peak: float) -> dict:
     plan = PlacementPlan(cfg, name=f"mfu-{name}", learner_only=True)
     plan.create()
     group = LearnerGroup(cfg, str(model_dir), plan)
-    items = [([ray.put(g)], GroupMeta(g.task.id, 0, len(g.samples))) for g in groups]
+    items = [[ray.put(g)] for g in groups]
     try:
         group.train(items)  # warm-up: allocator, kernels
         t0 = time.perf_counter()

@@ -8,7 +8,6 @@ elementwise+norm / optimizer / other, plus the busiest kernels.
 from __future__ import annotations
 
 import argparse
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -20,8 +19,9 @@ from benchmarks.common import print_table, write_result
 from benchmarks.learner_mfu import make_groups
 from rayrl.batching import collate
 from rayrl.config import load_config
-from rayrl.engines.learner.fsdp_backend import FSDPLearner
+from rayrl.engines.learner import Learner
 from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.placement import free_port
 
 # kernel-name fragments per category, first match wins
 CATEGORIES = [("attention", ("flash",)), ("optimizer", ("adam", "foreach", "multi_tensor")),
@@ -42,17 +42,14 @@ def main() -> None:
     parser.add_argument("--packed", default="true")
     parser.add_argument("--compile", default="false", help="learner.compile")
     args = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port('127.0.0.1')}", rank=0, world_size=1)
     torch.cuda.set_device(0)
     model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-1.5b", **QWEN2_1_5B_SHAPE)
     cfg = load_config(None, ["cluster.n_gpus_per_node=1", "learner.backend=fsdp", "learner.dtype=bfloat16",
                              f"learner.max_tokens_per_micro_batch={args.tokens}", f"learner.pack_sequences={args.packed}",
                              f"learner.compile={args.compile}",
                              "algorithm.off_policy_correction=false", f"model.path={model_dir}"])
-    learner = FSDPLearner(cfg, str(model_dir))
+    learner = Learner(cfg, str(model_dir))
     batch = collate(make_groups(16, 8), learner.tokenizer.pad_token_id)
     learner.train_step(batch)  # warm-up
     torch.cuda.synchronize()

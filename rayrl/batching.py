@@ -1,10 +1,9 @@
-"""Trajectory groups -> padded Batch tensors, and token log-probs under a model."""
+"""Trajectory groups -> padded Batch tensors, and the statistics of a batch before training."""
 
 from __future__ import annotations
 
 import torch
 
-from rayrl.models.logprob_head import TokenLogprobHead, scoring
 from rayrl.types import Batch, TrajectoryGroup
 
 
@@ -30,25 +29,6 @@ def collate(groups: list[TrajectoryGroup], pad_id: int) -> Batch:
         group_index[b] = gid[id(g)]
     rewards = torch.tensor([s.reward for _, s in rows], dtype=torch.float32)
     return Batch(ids, attn, loss_mask, behav, versions, rewards, group_index)
-
-
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                   temperature: float, position_ids: torch.Tensor | None = None, **attention_kwargs) -> torch.Tensor:
-    """[B, T]: entry t is log p(token t | tokens < t) at the sampling temperature; entry 0 is 0.
-
-    Packed rows pass attention_mask=None, position_ids that restart per sequence and the varlen
-    kernel's attention_kwargs. A TokenLogprobHead (learners) scores in fp32 chunks without full logits."""
-    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
-                  **attention_kwargs)
-    head = getattr(model, "module", model).get_output_embeddings()  # DeepSpeed engines wrap the model
-    if isinstance(head, TokenLogprobHead):
-        targets = torch.cat([input_ids[:, 1:], torch.zeros_like(input_ids[:, :1])], 1)
-        with scoring(head, targets, temperature):
-            logp = model(**inputs).logits[:, :-1]
-    else:
-        logits = model(**inputs).logits[:, :-1].float()
-        logp = torch.log_softmax(logits / temperature, -1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return torch.cat([torch.zeros_like(logp[:, :1]), logp], 1)
 
 
 def batch_stats(batch: Batch, learner_version: int) -> dict[str, float]:

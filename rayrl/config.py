@@ -43,6 +43,7 @@ class ModelBuildConfig(_Section):
     num_kv_heads: int = Field(1, ge=1)
     head_dim: int = Field(64, ge=8)  # vLLM's CPU attention needs 64
     intermediate_size: int = Field(384, ge=16)
+    max_position_embeddings: int = Field(256, ge=16)  # longest prompt + completion the built model takes
     warmup_steps: int = Field(230, ge=0)
     warmup_batch_size: int = Field(64, ge=1)
     warmup_lr: float = Field(2e-4, gt=0)
@@ -69,7 +70,11 @@ class RolloutConfig(_Section):
     temperature: float = Field(0.7, gt=0)
     max_staleness: int = Field(1, ge=0)  # η; 0 is synchronous RL
     groups_per_call: int = Field(4, ge=1)  # prompt groups one engine call batches together
+    max_concurrent_calls: int = Field(4, ge=1)  # engine calls a rollout worker runs at once
     queue_poll_s: float = Field(0.5, gt=0)
+    prompt_lead_batches: int = Field(2, ge=1)  # prompt batches queued beyond what staleness admits
+    eval_temperature: float = Field(0.0, ge=0)  # held-out evaluation; 0 is greedy
+    eval_samples_per_task: int = Field(1, ge=1)  # accuracy is the share of correct samples
     request_timeout_s: float = Field(600.0, gt=0)  # past it a request is aborted, returned with its partial tokens
     # vLLM engine (model.backend=vllm)
     tensor_parallel_size: int = Field(1, ge=1)  # GPUs per rollout worker, through vLLM's Ray executor
@@ -103,7 +108,10 @@ class LearnerConfig(_Section):
     lr: float = Field(2e-4, gt=0)
     lr_warmup_steps: int = Field(0, ge=0)
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"  # decay after warm-up, to 0 at total_steps
+    process_group_timeout_s: float = Field(600.0, gt=0)  # the ranks' collectives (nccl / gloo) give up after it
     weight_decay: float = Field(0.0, ge=0)
+    adam_betas: tuple[float, float] = (0.9, 0.999)  # AdamW of every backend (DeepSpeed's too)
+    adam_eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, gt=0)
     minibatches: int = Field(1, ge=1)  # optimizer steps per training batch
     max_tokens_per_micro_batch: int = Field(8192, ge=1)  # gradient accumulation over micro-batches
@@ -178,6 +186,7 @@ class MetricsConfig(_Section):
     progress: bool = True
     wandb: bool = False
     wandb_project: str = "rayrl"
+    wandb_mode: Literal["offline", "online"] = "offline"  # online needs a logged-in wandb (WANDB_API_KEY)
 
 
 class Config(_Section):

@@ -28,13 +28,13 @@ class RayCounters:
 class RunLog:
     """metrics.jsonl in the run directory, plus wandb when enabled."""
 
-    def __init__(self, run_dir: Path, wandb_project: str | None, config: dict) -> None:
+    def __init__(self, run_dir: Path, wandb_project: str | None, config: dict, wandb_mode: str = "offline") -> None:
         self.file = (run_dir / "metrics.jsonl").open("a")
         self.wandb = None
         if wandb_project:
             import wandb
 
-            self.wandb = wandb.init(project=wandb_project, dir=str(run_dir), config=config, mode="offline")
+            self.wandb = wandb.init(project=wandb_project, dir=str(run_dir), config=config, mode=wandb_mode)
 
     def write(self, record: dict) -> None:
         self.file.write(json.dumps({"time": time.time(), **record}) + "\n")

@@ -68,8 +68,8 @@ class Trainer:
         ]
         self.learners = LearnerGroup(cfg, self.model_path, self.placement, namespace=self.namespace)
         self.broadcaster = WeightBroadcaster.options(**self._named("broadcaster", "service")).remote(
-            cfg, self.learners, self.rollouts)
-        self.sync_info = ray.get(self.broadcaster.setup.remote())
+            cfg, self.learners, self.rollouts, self.buffer)
+        self.weight_sync = ray.get(self.broadcaster.setup.remote())  # tensors, bytes, buckets: in the summary
         self.actors = [self.buffer, *self.rewards, *self.rollouts, *self.learners.workers, self.broadcaster]
         self.prompts = endless(self.train_tasks, cfg.data.seed)
         self.queued = 0
@@ -86,22 +86,24 @@ class Trainer:
             self.queued += n
 
     def evaluate(self, tasks: list[Task]) -> float:
-        """Greedy accuracy on held-out tasks, spread over the rollout workers, scored by reward actors."""
-        k = len(self.rollouts)
-        gen = [w.generate_groups.remote(tasks[i::k], 1, 0.0) for i, w in enumerate(self.rollouts)]
+        """Held-out accuracy (greedy by default), spread over the rollout workers, scored by reward actors."""
+        r, k = self.cfg.rollout, len(self.rollouts)
+        gen = [w.generate_groups.remote(tasks[i::k], r.eval_samples_per_task, r.eval_temperature)
+               for i, w in enumerate(self.rollouts)]
         groups = [g for part in ray.get(gen) for g in part]
         scored = ray.get([self.rewards[i % len(self.rewards)].score.remote(g) for i, g in enumerate(groups)])
-        return sum(s.reward >= 1.0 for g in scored for s in g.samples) / max(1, len(scored))
+        samples = [s for g in scored for s in g.samples]
+        return sum(s.reward >= 1.0 for s in samples) / max(1, len(samples))
 
-    def next_batch(self, run_refs: list) -> list:
-        """The buffer's next batch; a rollout loop that died meanwhile raises here instead of hanging."""
+    def next_batch(self, run_refs: list) -> list[list[ray.ObjectRef]]:
+        """The buffer's next batch (list-wrapped refs); a rollout loop that died meanwhile raises here
+        instead of hanging."""
         ref = self.buffer.get_batch.remote(self.cfg.rollout.batch_size)
-        while True:
-            ready, _ = ray.wait([ref, *run_refs], num_returns=1)
-            if ready[0] == ref:
-                return ray.get(ref)
+        ready, _ = ray.wait([ref, *run_refs], num_returns=1)
+        if ready[0] != ref:
             ray.get(ready[0])  # raises the rollout worker's error
             raise RuntimeError("a rollout worker's loop ended while training was still running")
+        return [wrapped for wrapped, _meta in ray.get(ref)]
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> dict:
@@ -110,22 +112,21 @@ class Trainer:
         self.setup()
         acc_before = self.evaluate(self.eval_tasks)
         log = RunLog(self.run_dir, cfg.metrics.wandb_project if cfg.metrics.wandb else None,
-                     cfg.model_dump(mode="json"))
+                     cfg.model_dump(mode="json"), cfg.metrics.wandb_mode)
         progress = Progress(cfg.learner.total_steps, cfg.metrics.progress)
-        B, eta = cfg.rollout.batch_size, cfg.rollout.max_staleness
-        self.feed((eta + 2) * B)
+        B, lead = cfg.rollout.batch_size, cfg.rollout.max_staleness + cfg.rollout.prompt_lead_batches
+        self.feed(lead * B)
         run_refs = [w.run.remote() for w in self.rollouts]
         t_loop, samples, timings = time.perf_counter(), 0, {"wait_s": 0.0, "train_s": 0.0, "sync_s": 0.0}
         for step in range(1, cfg.learner.total_steps + 1):
             t0 = time.perf_counter()
-            items = self.next_batch(run_refs)
+            refs = self.next_batch(run_refs)
             t1 = time.perf_counter()
-            stats = self.learners.train(items)
+            stats = self.learners.train(refs)
             t2 = time.perf_counter()
-            synced = ray.get(self.broadcaster.sync.remote(stats["version"]))
-            ray.get(self.buffer.set_version.remote(stats["version"]))
+            synced = ray.get(self.broadcaster.sync.remote())  # rollout workers and buffer move to v+1
             t3 = time.perf_counter()
-            self.feed((eta + 2 + step) * B)
+            self.feed((lead + step) * B)
             samples += stats["samples"]
             timings["wait_s"] += t1 - t0
             timings["train_s"] += t2 - t1
@@ -149,7 +150,8 @@ class Trainer:
             / max(1, len(self.rollouts)),
             "unused_groups": unused, "reward_failures": self.reward_failures(),
             "aborted_samples": self.rollout_totals["aborted"],
-            "max_staleness": eta, "run_dir": str(self.run_dir), "model_path": self.model_path,
+            "max_staleness": cfg.rollout.max_staleness, "weight_sync": self.weight_sync,
+            "run_dir": str(self.run_dir), "model_path": self.model_path,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         log.write({"summary": summary})

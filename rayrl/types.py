@@ -57,8 +57,7 @@ class GroupMeta(msgspec.Struct, frozen=True):
     """What the buffer knows of a group without fetching it: where it is and how old it is."""
 
     task_id: str
-    version: int  # oldest policy version among its tokens
-    n_samples: int
+    version: int  # oldest policy version among its tokens: the buffer checks it against the staleness bound
 
 
 class Batch(msgspec.Struct):

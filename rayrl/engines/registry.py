@@ -9,9 +9,9 @@ ROLLOUT_ENGINES = {
     "vllm": "rayrl.engines.rollout.vllm_async:VLLMRolloutEngine",
 }
 LEARNER_BACKENDS = {
-    "torch": "rayrl.engines.learner.torch_backend:TorchLearner",
-    "fsdp": "rayrl.engines.learner.fsdp_backend:FSDPLearner",
-    "deepspeed": "rayrl.engines.learner.deepspeed_backend:DeepSpeedLearner",
+    "torch": "rayrl.engines.learner.torch_backend:TorchBackend",
+    "fsdp": "rayrl.engines.learner.fsdp_backend:FSDPBackend",
+    "deepspeed": "rayrl.engines.learner.deepspeed_backend:DeepSpeedBackend",
 }
 WEIGHT_TRANSPORTS = {
     "gloo": "rayrl.engines.transport.gloo:GlooTransport",

@@ -36,7 +36,7 @@ def qwen2_config(cfg: Config, vocab_size: int, tokenizer) -> Qwen2Config:
     return Qwen2Config(
         vocab_size=vocab_size, hidden_size=b.hidden_size, intermediate_size=b.intermediate_size,
         num_hidden_layers=b.num_layers, num_attention_heads=b.num_heads, num_key_value_heads=b.num_kv_heads,
-        head_dim=b.head_dim, max_position_embeddings=256, tie_word_embeddings=True,
+        head_dim=b.head_dim, max_position_embeddings=b.max_position_embeddings, tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, torch_dtype="float32",
     )

@@ -8,10 +8,10 @@ import ray
 import torch
 
 from rayrl.actors import LearnerGroup
-from rayrl.batching import collate, token_logprobs
+from rayrl.batching import collate
+from rayrl.engines.learner.scoring import token_logprobs
 from rayrl.models import build_model, load_policy
 from rayrl.placement import PlacementPlan
-from rayrl.types import GroupMeta
 
 
 @pytest.mark.parametrize("backend", [["learner.backend=fsdp"], ["learner.backend=deepspeed", "learner.zero_stage=3"],
@@ -21,7 +21,7 @@ def test_save_export_resume(ray_cluster, make_cfg, random_groups, tmp_path, back
     cfg = make_cfg("learner.lr=1e-4", "learner.num_workers=2", "learner.lr_warmup_steps=2", *backend)
     model_path = str(build_model(cfg))
     groups = random_groups(4, 4, seed=3)
-    items = [([ray.put(g)], GroupMeta(g.task.id, 0, 4)) for g in groups]
+    items = [[ray.put(g)] for g in groups]
 
     def group_of(name):
         plan = PlacementPlan(cfg, name=name, learner_only=True)

@@ -8,7 +8,6 @@ import ray
 from rayrl.actors import LearnerGroup
 from rayrl.models import build_model
 from rayrl.placement import PlacementPlan
-from rayrl.types import GroupMeta
 
 
 def train_twice(cfg, model_path, items, name):
@@ -28,7 +27,7 @@ def reference(ray_cluster, make_cfg, random_groups):
     cfg = make_cfg("learner.lr=1e-4", "learner.max_tokens_per_micro_batch=64")
     model_path = str(build_model(cfg))
     groups = random_groups(8, 4, seed=1)
-    items = [([ray.put(g)], GroupMeta(g.task.id, 0, len(g.samples))) for g in groups]
+    items = [[ray.put(g)] for g in groups]
     return model_path, items, train_twice(cfg, model_path, items, "ref")
 
 

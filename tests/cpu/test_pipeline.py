@@ -6,6 +6,7 @@ import pytest
 import ray
 
 from rayrl.trainer import Trainer
+from rayrl.actors import TrajectoryBuffer
 from rayrl.types import GroupMeta, Task
 
 
@@ -37,10 +38,11 @@ def test_rollout_logprobs_match_learner_after_every_sync(trainer):
         refs = [reward.score.remote(g) for g in groups]
         rewards = [[s.reward for s in g.samples] for g in ray.get(refs)]
         assert any(len(set(r)) > 1 for r in rewards), "no group with mixed rewards: nothing to learn from"
-        stats = trainer.learners.train([([r], GroupMeta(g.task.id, 0, 4)) for r, g in zip(refs, groups)])
+        stats = trainer.learners.train([[r] for r in refs])
         assert stats["version"] == version
-        synced = ray.get(trainer.broadcaster.sync.remote(version))
+        synced = ray.get(trainer.broadcaster.sync.remote())
         assert synced.version == version and synced.n_bytes > 0
+        assert ray.get(trainer.buffer.stats.remote())["version"] == version  # the broadcaster told the buffer
         # not vacuous: after the update the same tokens score differently, so a stale copy would fail
         after = ray.get(learner.completion_logprobs.remote(groups))
         moved = max(abs(a - b) for la, lb in zip(after, rollout_lp) for a, b in zip(la, lb))
@@ -56,3 +58,19 @@ def test_reward_errors_are_counted_zeros(trainer):
     assert scored.samples[0].reward == 0.0 and scored.samples[0].reward_status == "error"
     assert "ValueError" in scored.samples[0].reward_reason
     assert ray.get(trainer.rewards[0].stats.remote())["error"] >= before + 1
+
+
+def test_buffer_refuses_to_hand_out_a_group_past_the_staleness_bound(ray_cluster):
+    """The bound admission control keeps is also checked on the way out: a group from version 0 handed
+    out at version 2 under max_staleness=1 is an error, not a silent off-policy batch."""
+    buffer = TrajectoryBuffer.remote(batch_size=1, max_staleness=1)
+    assert ray.get(buffer.admit.remote(2)) == 2
+    ray.get(buffer.put.remote([ray.put("fresh")], GroupMeta("fresh", 0)))
+    ray.get(buffer.put.remote([ray.put("old")], GroupMeta("old", 0)))
+    ray.get(buffer.set_version.remote(1))
+    (wrapped, meta), = ray.get(buffer.get_batch.remote(1))
+    assert meta.task_id == "fresh" and ray.get(wrapped[0]) == "fresh"
+    ray.get(buffer.set_version.remote(2))
+    with pytest.raises(ray.exceptions.RayTaskError, match="exceed max_staleness=1"):
+        ray.get(buffer.get_batch.remote(1))
+    ray.kill(buffer)

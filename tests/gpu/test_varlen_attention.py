@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rayrl.batching import collate, token_logprobs
+from rayrl.batching import collate
 from rayrl.engines.learner.microbatch import microbatches
-from rayrl.engines.learner.torch_backend import microbatch_logprobs
+from rayrl.engines.learner.scoring import microbatch_logprobs, token_logprobs
 from rayrl.models.builder import load_policy
 from rayrl.models.varlen_attention import VARLEN
 from rayrl.types import Sample, Task, TrajectoryGroup

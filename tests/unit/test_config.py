@@ -71,37 +71,3 @@ def test_gpu_only_options_are_rejected_on_cpu():
         load_config(None, ["sync.transport=nccl", "model.backend=vllm"])
     with pytest.raises(ConfigError, match="tensor_parallel_size > 1 needs model.backend=vllm"):
         load_config(None, ["rollout.tensor_parallel_size=2", "cluster.n_gpus_per_node=2"])
-
-
-def test_tensor_parallel_rollout_gets_its_bundles(ray_cluster):
-    """A TP=2 vLLM worker: two GPU bundles of the run's group, no GPU of its own, vLLM told which bundles
-    and which cluster (its engine process would otherwise start a cluster of its own)."""
-    import ray
-
-    from rayrl.placement import PlacementPlan
-
-    cfg = load_config(None, ["cluster.n_gpus_per_node=4", "model.backend=vllm", "rollout.num_workers=2",
-                             "rollout.tensor_parallel_size=2", "learner.backend=fsdp", "learner.num_workers=2",
-                             "sync.transport=nccl"])
-    plan = PlacementPlan(cfg)
-    assert [b.get("GPU", 0) for b in plan.bundles] == [1.0] * 6 + [0]
-    assert plan.slots["rollout"] == [0, 2] and plan.slots["learner"] == [4, 5]
-    second = plan.actor_options("rollout", 1)
-    env = second["runtime_env"]["env_vars"]
-    assert second["num_gpus"] == 0.0 and env["VLLM_RAY_BUNDLE_INDICES"] == "2,3"
-    assert env["RAY_ADDRESS"] == ray.get_runtime_context().gcs_address
-    assert second["scheduling_strategy"].placement_group_capture_child_tasks is True
-    assert plan.actor_options("learner", 0)["num_gpus"] == 1.0
-
-
-def test_rollout_only_plan_has_no_learner_bundles():
-    """Benchmarks place rollout workers alone: TP bundles plus the service bundle, no learner ranks."""
-    from rayrl.placement import PlacementPlan
-
-    cfg = load_config(None, ["cluster.n_gpus_per_node=2", "model.backend=vllm", "rollout.tensor_parallel_size=2",
-                             "learner.backend=fsdp", "learner.num_workers=2", "sync.transport=nccl"])
-    plan = PlacementPlan(cfg, rollout_only=True)
-    assert [b.get("GPU", 0) for b in plan.bundles] == [1.0, 1.0, 0]
-    assert plan.slots["rollout"] == [0] and plan.slots["learner"] == []
-    with pytest.raises(ValueError, match="colocate"):
-        PlacementPlan(load_config(None, ["placement.mode=colocate"]), rollout_only=True)

@@ -7,7 +7,8 @@ import time
 import pytest
 import torch
 
-from rayrl.batching import collate, token_logprobs
+from rayrl.batching import collate
+from rayrl.engines.learner.scoring import token_logprobs
 from rayrl.data import PromptTemplate, split
 from rayrl.engines.rollout.hf import HFRolloutEngine
 from rayrl.engines.transport.base import TensorSpec, pack, plan_buckets, unpack
@@ -39,7 +40,7 @@ def test_rollout_logprobs_equal_learner_logprobs(setup):
     samples = engine.generate_blocking(reqs)
     assert len(samples) == 18 and all(len(s.logprobs) == len(s.completion_ids) >= 1 for s in samples)
     groups = [TrajectoryGroup(t, samples[3 * i: 3 * i + 3]) for i, t in enumerate(tasks)]
-    batch = collate(groups, template.pad_id)
+    batch = collate(groups, template.tokenizer.pad_token_id)
     learner_model, _ = load_policy(path)
     with torch.no_grad():
         lp = token_logprobs(learner_model, batch.input_ids, batch.attention_mask, 1.0)
@@ -114,6 +115,7 @@ def test_vllm_engine_inputs_are_checked_before_start(tmp_path, setup):
 @pytest.mark.parametrize("fp32_head", [False, True])
 def test_vllm_engine_args_pass_vllm_own_validation(setup, fp32_head):
     """vLLM builds its model config from our engine args; model.lm_head_fp32 reaches it as head_dtype."""
+    pytest.importorskip("vllm")
     from rayrl.engines.rollout.vllm_async import engine_args
 
     cfg, path, *_ = setup

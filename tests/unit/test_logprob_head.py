@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rayrl.batching import token_logprobs
+from rayrl.engines.learner.scoring import token_logprobs
 from rayrl.models.logprob_head import TokenLogprobHead, scoring, use_logprob_head
 
 

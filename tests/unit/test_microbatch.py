@@ -6,8 +6,7 @@ import torch
 from rayrl.batching import collate
 from rayrl.engines.learner.device import packs_sequences
 from rayrl.engines.learner.microbatch import empty_like, microbatches, plan_microbatches
-from rayrl.engines.learner.policy_step import DataParallel, train_step
-from rayrl.engines.learner.torch_backend import TorchLearner
+from rayrl.engines.learner import Learner
 from rayrl.models import build_model
 
 
@@ -27,11 +26,11 @@ def model_path(make_cfg):
 
 def loss_and_grads(make_cfg, model_path, random_groups, *overrides):
     cfg = make_cfg(*overrides, "learner.lr=1e-3")
-    learner = TorchLearner(cfg, model_path)
-    learner.step = lambda: 0.0  # keep the gradients: no optimizer step, no zeroing
+    learner = Learner(cfg, model_path)
+    learner.backend.step = lambda: 0.0  # keep the gradients: no optimizer step, no zeroing
     batch = collate(random_groups(4, 4), learner.tokenizer.pad_token_id)
-    stats = train_step(learner, batch, DataParallel())
-    return stats, {n: p.grad.clone() for n, p in learner.model.named_parameters()}
+    stats = learner.train_step(batch)
+    return stats, {n: p.grad.clone() for n, p in learner.backend.model.named_parameters()}
 
 
 def test_packed_equals_padded(make_cfg, model_path, random_groups):

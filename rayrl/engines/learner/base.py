@@ -1,26 +1,35 @@
-"""The LearnerBackend protocol every training backend implements."""
+"""The LearnerBackend protocol: the primitives a training backend supplies to the Learner."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Protocol
 
 import torch
 
-from rayrl.types import Batch
-
 
 class LearnerBackend(Protocol):
-    version: int
+    """Built as Backend(cfg, model, ref_model, device) from the Learner's loaded policy."""
 
-    def train_step(self, batch: Batch) -> dict[str, float]: ...
+    model: torch.nn.Module  # the callable forward (a sharded module, or DeepSpeed's engine)
+    ref_model: torch.nn.Module | None  # frozen reference for the KL term; None when algorithm.beta == 0
+    scheduler: torch.optim.lr_scheduler.LRScheduler
 
-    def compute_logprobs(self, batch: Batch) -> torch.Tensor: ...
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        """Accumulate gradients; last marks the final micro-batch before the optimizer step."""
 
-    def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]: ...
+    def step(self) -> float:
+        """Clip, take the optimizer and LR-schedule step, zero gradients; returns the global grad norm."""
 
-    def weight_specs(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]: ...
+    def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every parameter, full, one at a time; gathered in lockstep on every rank."""
 
-    def save(self, path: str) -> None: ...
+    def weight_specs(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        """(name, full shape, dtype) of every parameter, without communication."""
 
-    def load(self, path: str) -> None: ...
+    def save(self, out: Path) -> None:
+        """Model and optimizer state, sharded as the backend holds it (collective)."""
+
+    def load(self, out: Path) -> None:
+        """Restore what save wrote (collective)."""

@@ -1,4 +1,4 @@
-"""Pieces of a learner checkpoint every backend shares: the HF export and the small extra state."""
+"""The Hugging Face export every learner checkpoint carries, loadable by transformers and vLLM."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 
 def export_hf(full_state: dict[str, torch.Tensor], config, tokenizer, out: Path) -> None:
-    """Write a Hugging Face directory (config, safetensors, tokenizer) loadable by transformers and vLLM."""
+    """Write config, safetensors and tokenizer into out."""
     out.mkdir(parents=True, exist_ok=True)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -17,15 +17,3 @@ def export_hf(full_state: dict[str, torch.Tensor], config, tokenizer, out: Path)
     model.tie_weights()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-
-
-def save_extra_state(out: Path, scheduler, version: int) -> None:
-    torch.save({"scheduler": scheduler.state_dict(), "version": version, "rng": torch.get_rng_state()},
-               out / "extra_state.pt")
-
-
-def load_extra_state(path: Path, scheduler) -> int:
-    state = torch.load(path / "extra_state.pt", weights_only=False)
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["rng"])
-    return state["version"]

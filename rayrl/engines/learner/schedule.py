@@ -1,4 +1,5 @@
-"""Learning-rate schedule: linear warm-up, then constant, linear or cosine decay to 0 at total_steps."""
+"""The optimizer every torch-side backend builds (AdamW from learner.*) and its learning-rate schedule:
+linear warm-up, then constant, linear or cosine decay to 0 at total_steps."""
 
 from __future__ import annotations
 
@@ -21,3 +22,7 @@ def lr_factor(step: int, cfg: LearnerConfig) -> float:
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: LearnerConfig) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, cfg))
+
+
+def make_optimizer(params, cfg: LearnerConfig) -> torch.optim.AdamW:
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)

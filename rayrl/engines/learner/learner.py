@@ -1,0 +1,147 @@
+"""The Learner: one GRPO training step, log-prob scoring, the policy version and checkpoints, for every
+backend. A LearnerBackend supplies only primitives (backward, optimizer step, full weights, save/load).
+
+Token normalisation makes N ranks equal one rank on the same batch: each rank's loss is its token sum /
+global tokens × world size, and data parallelism averages the gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from rayrl.algorithms import group_advantages, grpo_loss
+from rayrl.config import Config
+from rayrl.engines.learner.base import LearnerBackend
+from rayrl.engines.learner.checkpoint import export_hf
+from rayrl.engines.learner.device import attention_for, learner_device, packs_sequences
+from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches
+from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
+from rayrl.engines.registry import LEARNER_BACKENDS, resolve
+from rayrl.models.builder import load_policy
+from rayrl.types import Batch
+
+STATE_FILE = "learner_state.pt"  # version, LR schedule and RNG, beside the backend's own files
+
+
+@dataclass
+class DataParallel:
+    """How ranks agree on counts; single-rank defaults are identities."""
+
+    world_size: int = 1
+    rank: int = 0
+    sum: Callable[[float], float] = lambda x: x
+    max: Callable[[int], int] = lambda x: x
+
+
+def data_parallel() -> DataParallel:
+    """All-reduces over the default process group, or identities when there is none (one plain rank)."""
+    if not dist.is_initialized():
+        return DataParallel()
+
+    def reduce(x, op, dtype):
+        t = torch.tensor([x], dtype=dtype, device="cuda" if dist.get_backend() == "nccl" else "cpu")
+        dist.all_reduce(t, op=op)
+        return t.item()
+
+    return DataParallel(dist.get_world_size(), dist.get_rank(),
+                        lambda x: reduce(x, dist.ReduceOp.SUM, torch.float64),
+                        lambda x: int(reduce(x, dist.ReduceOp.MAX, torch.int64)))
+
+
+def _chunks(items: list, n: int) -> list[list]:
+    size = -(-len(items) // n)
+    return [items[i: i + size] for i in range(0, len(items), size)]
+
+
+def _on(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
+    return None if t is None else t.to(like.device)
+
+
+class Learner:
+    """Loads the policy (and the frozen reference when algorithm.beta > 0), hands both to the backend
+    chosen by learner.backend, and owns everything above the backend's primitives."""
+
+    def __init__(self, cfg: Config, model_path: str, num_threads: int = 1) -> None:
+        lc = cfg.learner
+        torch.set_num_threads(max(1, num_threads))
+        torch.manual_seed(lc.seed)
+        self.cfg, self.device, self.dp = cfg, learner_device(cfg), data_parallel()
+        load = (model_path, attention_for(self.device), lc.logprob_chunk_tokens, lc.compile)
+        model, self.tokenizer = load_policy(*load)
+        self.hf_config = model.config
+        ref = load_policy(*load)[0].eval().requires_grad_(False) if cfg.algorithm.beta > 0 else None
+        backend_cls = resolve(LEARNER_BACKENDS, lc.backend, "learner.backend")
+        self.backend: LearnerBackend = backend_cls(cfg, model, ref, self.device)
+        self.version = 0
+
+    # ---- scoring ------------------------------------------------------------------------------
+    def _logprobs(self, mb: MicroBatch, reference: bool = False) -> torch.Tensor:
+        model = self.backend.ref_model if reference else self.backend.model
+        return microbatch_logprobs(model, mb, self.cfg.rollout.temperature, self.device)
+
+    def compute_logprobs(self, batch: Batch) -> torch.Tensor:
+        """Collective on sharded backends: every rank must call it with a batch of the same shape."""
+        return batch_logprobs(self.backend.model, batch, self.cfg.rollout.temperature, self.device)
+
+    # ---- the step -----------------------------------------------------------------------------
+    def train_step(self, batch: Batch) -> dict[str, float]:
+        """Advantages, proximal / reference log-probs, micro-batches with gradient accumulation,
+        learner.minibatches optimizer steps; the policy version advances by one."""
+        cfg, alg, dp, backend = self.cfg, self.cfg.algorithm, self.dp, self.backend
+        batch.advantages = group_advantages(batch.rewards, batch.group_index, alg.std_normalize, alg.eps)
+        mbs = microbatches(batch, cfg.learner.max_tokens_per_micro_batch, packs_sequences(cfg))
+        mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
+        with torch.no_grad():
+            for mb in mbs:
+                mb.prox_logprobs = self._logprobs(mb).cpu() if alg.off_policy_correction else mb.behav_logprobs
+                mb.ref_logprobs = self._logprobs(mb, reference=True).cpu() if alg.beta > 0 else None
+        losses, norms, extra = [], [], {}
+        for chunk in _chunks(mbs, min(cfg.learner.minibatches, len(mbs))):
+            tokens = dp.sum(float(sum(mb.loss_mask.sum() for mb in chunk)))
+            total = 0.0
+            for i, mb in enumerate(chunk):
+                logp = self._logprobs(mb)
+                loss, extra = grpo_loss(logp, *(_on(t, logp) for t in (mb.behav_logprobs, mb.prox_logprobs)),
+                                        _on(mb.advantages, logp), _on(mb.loss_mask, logp), alg,
+                                        _on(mb.ref_logprobs, logp), denom=tokens)
+                backend.backward(loss * dp.world_size, last=i == len(chunk) - 1)
+                total += loss.item()
+            norms.append(backend.step())
+            losses.append(dp.sum(total))
+        self.version += 1
+        return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
+                "micro_batches": len(mbs), **extra}
+
+    # ---- weights and checkpoints ------------------------------------------------------------
+    def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Collective on sharded backends: every rank walks it in lockstep."""
+        return self.backend.named_full_weights()
+
+    def weight_specs(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+        return self.backend.weight_specs()
+
+    def save(self, path: str) -> None:
+        """The backend's training state, plus (rank 0) an HF export and the learner state; collective."""
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        self.backend.save(out)
+        full = {name: t.detach().cpu() for name, t in self.backend.named_full_weights()}
+        if self.dp.rank == 0:
+            export_hf(full, self.hf_config, self.tokenizer, out)
+            torch.save({"version": self.version, "scheduler": self.backend.scheduler.state_dict(),
+                        "rng": torch.get_rng_state()}, out / STATE_FILE)
+        if dist.is_initialized():
+            dist.barrier()
+
+    def load(self, path: str) -> None:
+        out = Path(path)
+        self.backend.load(out)
+        state = torch.load(out / STATE_FILE, weights_only=True)
+        self.backend.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"])
+        self.version = state["version"]

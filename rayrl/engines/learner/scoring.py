@@ -1,0 +1,41 @@
+"""Token log-probs under a policy model: the one scoring path of learners, checks and exports."""
+
+from __future__ import annotations
+
+import torch
+
+from rayrl.engines.learner.microbatch import MicroBatch
+from rayrl.models.logprob_head import TokenLogprobHead, scoring
+from rayrl.types import Batch
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                   temperature: float, position_ids: torch.Tensor | None = None, **attention_kwargs) -> torch.Tensor:
+    """[B, T]: entry t is log p(token t | tokens < t) at the sampling temperature; entry 0 is 0.
+
+    Packed rows pass attention_mask=None, position_ids that restart per sequence and the varlen
+    kernel's attention_kwargs. A TokenLogprobHead (learners) scores in fp32 chunks without full logits."""
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+                  **attention_kwargs)
+    head = getattr(model, "module", model).get_output_embeddings()  # DeepSpeed engines wrap the model
+    if isinstance(head, TokenLogprobHead):
+        targets = torch.cat([input_ids[:, 1:], torch.zeros_like(input_ids[:, :1])], 1)
+        with scoring(head, targets, temperature):
+            logp = model(**inputs).logits[:, :-1]
+    else:
+        logits = model(**inputs).logits[:, :-1].float()
+        logp = torch.log_softmax(logits / temperature, -1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.cat([torch.zeros_like(logp[:, :1]), logp], 1)
+
+
+def microbatch_logprobs(model, mb: MicroBatch, temperature: float, device="cpu") -> torch.Tensor:
+    """Token log-probs of one micro-batch (packed or padded) on the model's device."""
+    mask = None if mb.attention_mask is None else mb.attention_mask.to(device)
+    return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.position_ids.to(device),
+                          **mb.attention_kwargs(device))
+
+
+def batch_logprobs(model, batch: Batch, temperature: float, device="cpu") -> torch.Tensor:
+    """Token log-probs of a padded Batch, no gradients, back on the CPU."""
+    with torch.no_grad():
+        return token_logprobs(model, batch.input_ids.to(device), batch.attention_mask.to(device), temperature).cpu()
