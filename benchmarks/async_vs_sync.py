@@ -10,17 +10,16 @@ Writes JSON to benchmarks/results/.
 
 from __future__ import annotations
 
-import argparse
 
 import ray
 
-from benchmarks.common import print_table, write_result
+from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.config import load_config
 from rayrl.trainer import start_ray, train
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--config", default="recipes/arithmetic_grpo.yaml")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("overrides", nargs="*")
@@ -46,7 +45,7 @@ def main() -> None:
                        "eval_before", "eval_after"])
     sync, asyn = rows
     path = write_result("async_vs_sync", {"steps": args.steps, "overrides": args.overrides, "runs": rows,
-                                          "speedup": asyn["speedup"], "ideal_speedup": sync["ideal_speedup"]})
+                                          "speedup": asyn["speedup"], "ideal_speedup": sync["ideal_speedup"]}, args.commit)
     print(f"measured speedup {asyn['speedup']:.2f}x of ideal {sync['ideal_speedup']:.2f}x -> {path}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -35,23 +36,39 @@ def commit() -> str:
         return "unknown"
 
 
+def benchmark_parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser that takes --commit: the commit of the code that runs, when the caller knows it
+    better than this checkout's git (a copy of the tree whose .git lags behind)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--commit", default=None, help="commit of the code that runs (default: git describe --dirty here)")
+    return p
+
+
+def outside_ray_env() -> dict[str, str]:
+    """This process's environment without Ray's variables: raw vLLM baselines must not join our cluster."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+
+
 def run_outside_ray(script: str, args: list[str], marker: str, timeout_s: float) -> str:
     """Run a Python script in a child process without Ray's environment (raw vLLM baselines) and return
     the text after `marker` on its output; a failure raises with the end of its stderr."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
-                          timeout=timeout_s, env=env)
+                          timeout=timeout_s, env=outside_ray_env())
     line = next((x for x in proc.stdout.splitlines() if x.startswith(marker)), None)
     if line is None:
         raise RuntimeError(f"child process failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
     return line[len(marker):]
 
 
-def write_result(name: str, payload: dict) -> Path:
+def write_result(name: str, payload: dict, commit_id: str | None = None, argv: list[str] | None = None) -> Path:
+    """benchmarks/results/<name>-<UTC time>.json: what ran (arguments, commit, whether the tree was dirty),
+    where, when, and the payload. commit_id: the caller's --commit, recorded as given."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     now = datetime.now(timezone.utc)
     path = RESULTS / f"{name}-{now.strftime('%Y%m%d-%H%M%S')}.json"
-    record = {"benchmark": name, "date": now.isoformat(), "commit": commit(), "machine": machine(), **payload}
+    record = {"benchmark": name, "date": now.isoformat(), "commit": commit_id or commit(),
+              "commit_from": "caller" if commit_id else "git", "argv": sys.argv[1:] if argv is None else argv,
+              "machine": machine(), **payload}
     path.write_text(json.dumps(record, indent=2))
     return path
 

@@ -1,13 +1,12 @@
 """GPU check of the learner group (2 GPUs): FSDP2 and DeepSpeed ZeRO-3 train a Qwen2-shaped model in
 bf16; the HF export loads in vLLM and vLLM's log-probs match the learner's on a peaked model.
 
-    python -m benchmarks.gpu_learner_check [--out DIR] [key=value ...]   (run on the GPU machine; overrides
-    such as model.lm_head_fp32=true apply to learners and vLLM alike)
+    python -m benchmarks.gpu_learner_check [--backends fsdp,zero3] [--out DIR] [key=value ...]
+    (needs 2 GPUs; overrides such as model.lm_head_fp32=true apply to learners and vLLM alike)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import tempfile
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import ray
 
-from benchmarks.common import print_table, run_outside_ray, write_result
+from benchmarks.common import benchmark_parser, print_table, run_outside_ray, write_result
 from rayrl.actors import LearnerGroup
 from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
@@ -24,6 +23,8 @@ from rayrl.placement import PlacementPlan
 from rayrl.types import Sample, Task, TrajectoryGroup
 
 
+
+BACKENDS = {"fsdp": ["learner.backend=fsdp"], "zero3": ["learner.backend=deepspeed", "learner.zero_stage=3"]}
 
 VLLM_SCRIPT = """
 import gc, json, sys
@@ -105,10 +106,11 @@ def check(backend: list[str], base: Path, prompts: list[list[int]], overrides: l
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=None)
-    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
-    args = parser.parse_args()
+    p = benchmark_parser(__doc__)
+    p.add_argument("--backends", default="fsdp,zero3", help="comma-separated, of: " + ", ".join(BACKENDS))
+    p.add_argument("--out", default=None)
+    p.add_argument("overrides", nargs="*", help="config overrides, key=value")
+    args = p.parse_args()
     work = Path(tempfile.mkdtemp())
     # the arithmetic policy built from config and warmed up: trained, so its next-token
     # distributions are peaked (a random model's are near-uniform and would prove little)
@@ -120,8 +122,7 @@ def main() -> None:
     template = PromptTemplate(AutoTokenizer.from_pretrained(base))
     prompts = [template.encode(t) for t in split(cfg.data)[1][:16]]
     ray.init(address="local", num_gpus=2, include_dashboard=False)
-    rows = [check(b, base, prompts, args.overrides) for b in (["learner.backend=fsdp"],
-                                              ["learner.backend=deepspeed", "learner.zero_stage=3"])]
+    rows = [check(BACKENDS[b], base, prompts, args.overrides) for b in args.backends.split(",")]
     ray.shutdown()
     for r in rows:
         r["ok"] = r["max_logprob_diff"] <= 0.02 and all(math.isfinite(x) for x in r["losses"])
@@ -129,7 +130,7 @@ def main() -> None:
                        "max_vllm_decode_vs_prefill", "max_vs_vllm_fp32", "max_vllm_bf16_vs_fp32", "mean_token_prob",
                        "ok"])
     path = write_result("gpu_learner_check", {"model": str(cfg.model.build.model_dump()), "overrides": args.overrides,
-                                              "rows": rows})
+                                              "rows": rows}, args.commit)
     if args.out:
         Path(args.out, "gpu_learner_check.json").write_text(json.dumps(rows, indent=2))
     print(f"-> {path}")

@@ -7,13 +7,12 @@ moved by vLLM's NCCL weight-transfer engine. After the update vLLM's log-probs m
 
 from __future__ import annotations
 
-import argparse
 import math
 import tempfile
 
 import ray
 
-from benchmarks.common import print_table, write_result
+from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.config import load_config
 from rayrl.trainer import Trainer
 
@@ -65,7 +64,7 @@ def check(dtype: str, work: str, placement: list[str]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
     parser.add_argument("--smoke", action="store_true", help="CPU, gloo: check the script, record nothing")
     args = parser.parse_args()
@@ -76,7 +75,7 @@ def main() -> None:
     print_table(rows, ["dtype", "rollout_gpu", "sync_s", "sync_mb", "max_diff_before", "max_diff_after",
                        "mean_diff_after", "mean_token_prob", "tokens", "greedy_changed", "ok"])
     if not args.smoke:
-        print(f"-> {write_result('gpu_rollout_check', {'rows': rows})}")
+        print(f"-> {write_result('gpu_rollout_check', {'rows': rows}, args.commit)}")
 
 
 if __name__ == "__main__":

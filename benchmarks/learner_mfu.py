@@ -11,7 +11,6 @@ proximal-policy pass is off (off_policy_correction=false) and β = 0.
 
 from __future__ import annotations
 
-import argparse
 import random
 import tempfile
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import ray
 
-from benchmarks.common import print_table, write_result
+from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.actors import LearnerGroup
 from rayrl.config import load_config
 from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
@@ -91,7 +90,7 @@ def _count_params(c) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--groups", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
@@ -108,7 +107,7 @@ def main() -> None:
     print_table(rows, ["backend", "step_s", "tokens_per_s", "tflops", "mfu", "micro_batches", "loss"])
     tokens = sum(len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples)
     path = write_result("learner_mfu", {"model": "qwen2-1.5b-shape", "tokens_per_step": tokens,
-                                        "peak_tflops": args.peak_tflops, "rows": rows})
+                                        "peak_tflops": args.peak_tflops, "rows": rows}, args.commit)
     print(f"-> {path}")
 
 

@@ -7,7 +7,6 @@ elementwise+norm / optimizer / other, plus the busiest kernels.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from benchmarks.common import print_table, write_result
+from benchmarks.common import benchmark_parser, print_table, write_result
 from benchmarks.learner_mfu import make_groups
 from rayrl.batching import collate
 from rayrl.config import load_config
@@ -37,7 +36,7 @@ def category(name: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--packed", default="true")
     parser.add_argument("--compile", default="false", help="learner.compile")
@@ -73,7 +72,7 @@ def main() -> None:
     print(f"profiled step: wall {wall:.2f} s (profiler on), kernels {busy:.2f} s, micro-batches {stats['micro_batches']}")
     path = write_result("learner_profile", {"model": "qwen2-1.5b-shape", "tokens_per_micro_batch": args.tokens,
                                             "packed": args.packed, "compile": args.compile, "wall_s": wall, "kernel_s": busy,
-                                            "categories": rows, "top_kernels": top})
+                                            "categories": rows, "top_kernels": top}, args.commit)
     print(f"-> {path}")
     dist.destroy_process_group()
 

@@ -92,7 +92,7 @@ class PlacementPlan:
         if tp_rollout:  # vLLM's Ray executor puts its TP workers on these bundles of this group
             bundles = ",".join(str(b) for b in range(first, first + self.tp))
             # vLLM's engine-core process calls ray.init() with no address: without RAY_ADDRESS it starts a
-            # second, empty cluster where this placement group does not exist (seen on the H200s)
+            # second, empty cluster where this placement group does not exist
             options["runtime_env"] = {"env_vars": {"VLLM_RAY_BUNDLE_INDICES": bundles,
                                                    "RAY_ADDRESS": ray.get_runtime_context().gcs_address}}
         return options

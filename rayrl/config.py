@@ -56,8 +56,7 @@ class ModelConfig(_Section):
     build: ModelBuildConfig = ModelBuildConfig()
     cache_dir: str = "~/.cache/rayrl/models"
     # vLLM computes logits in fp32 from bf16 hidden states (its head_dtype), as the learners always score
-    # tokens. Off, as in vLLM: on our H200 check it moved the worst bf16 token by only 0.003-0.004; it helps
-    # models whose logits are large (bf16 rounds |logit| ~ 20 to steps of 1/8). No effect when vLLM runs in fp32
+    # tokens. Off, as in vLLM (the README's GPU results say what it changed); no effect when vLLM runs in fp32
     lm_head_fp32: bool = False
 
 
@@ -125,7 +124,7 @@ class LearnerConfig(_Section):
     cpu_offload: bool = False  # fsdp: CPUOffloadPolicy; deepspeed: offload optimizer state
     activation_checkpointing: bool = False
     # torch.compile each decoder layer and the log-prob head's softmax arithmetic: fuses norms, rotary and
-    # activations (+37% learner throughput on an H200; the first steps pay the compile). Off by default: eager
+    # activations; the first steps pay the compile. Off by default: eager
     compile: bool = False
     seed: int = 0
 

@@ -7,7 +7,7 @@ import torch
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs CUDA (run on the GPU machine, see ../shared/gpu/README.md)")
+    skip = pytest.mark.skip(reason="needs CUDA")
     for item in items:
         if "tests/gpu/" in str(item.fspath):
             item.add_marker(skip)

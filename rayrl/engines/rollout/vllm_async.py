@@ -115,7 +115,7 @@ class VLLMRolloutEngine:
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         args = engine_args(self.cfg, model_path, self.dtype, self._weights.engine_args())
         try:
-            # LLM_CLASS: vLLM's batch-throughput defaults (on an H200 1024 sequences, 16384 tokens per step);
+            # LLM_CLASS: vLLM's batch-throughput defaults (on a large GPU 1024 sequences, 16384 tokens per step);
             # the default context sizes the engine for serving (128 sequences, 2048 tokens)
             return AsyncLLM.from_engine_args(args, usage_context=UsageContext.LLM_CLASS)
         except Exception as err:  # vLLM reports the root cause in its log; name the knobs here

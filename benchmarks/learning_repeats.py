@@ -1,0 +1,60 @@
+"""The CPU learning test's run, repeated: held-out accuracy before/after and sampled reward of the first
+and last 25 steps, per run, with median and min-max. The bars in tests/cpu/test_learning.py come from it.
+
+    python -m benchmarks.learning_repeats [--runs 5] [key=value ...]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import ray
+
+from benchmarks.common import benchmark_parser, print_table, write_result
+from rayrl.config import load_config
+from rayrl.trainer import start_ray, train
+
+# the run tests/cpu/test_learning.py makes (its fixture adds a private model cache and run directory)
+TEST_RUN = ["learner.total_steps=150", "rollout.batch_size=32", "rollout.group_size=8", "data.eval_size=200",
+            "rollout.max_staleness=1", "metrics.progress=false", "checkpoint.save_final=false",
+            "scheduler.include_dashboard=false"]
+WINDOW = 25  # steps averaged at each end of the run
+
+
+def reward_ends(run_dir: Path) -> tuple[float, float]:
+    steps = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "step" in r]
+    return (sum(s["reward_mean"] for s in steps[:WINDOW]) / WINDOW,
+            sum(s["reward_mean"] for s in steps[-WINDOW:]) / WINDOW)
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main() -> None:
+    p = benchmark_parser(__doc__)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("overrides", nargs="*")
+    args = p.parse_args()
+    rows = []
+    for i in range(args.runs):
+        cfg = load_config(None, [*TEST_RUN, *args.overrides, f"metrics.run_name=learning-repeat-{i}"])
+        start_ray(cfg, 3)
+        s = train(cfg)
+        first, last = reward_ends(Path(s["run_dir"]))
+        rows.append({"run": i, "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"],
+                     "eval_gain": s["eval_accuracy_after"] - s["eval_accuracy_before"],
+                     "reward_first": first, "reward_last": last, "reward_gain": last - first, "wall_s": s["wall_s"]})
+        print(rows[-1], flush=True)
+    ray.shutdown()
+    print_table(rows, list(rows[0]))
+    summary = {k: spread([r[k] for r in rows]) for k in ("eval_before", "eval_after", "eval_gain", "reward_gain")}
+    path = write_result("learning_repeats", {"config": [*TEST_RUN, *args.overrides], "runs": rows, **summary},
+                        args.commit)
+    print(json.dumps(summary, indent=1), "->", path)
+
+
+if __name__ == "__main__":
+    main()
