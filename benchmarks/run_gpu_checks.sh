@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks and benchmarks, one mode per machine shape; every result JSON records COMMIT.
 #   COMMIT=$(git rev-parse --short HEAD) bash benchmarks/run_gpu_checks.sh one-gpu   # 1 GPU: varlen test,
-#                                 rollout_throughput (interleaved), learner_mfu, learner_profile
+#                                 rollout_throughput (interleaved), learner_mfu, learner_profile; each alone as
+#                                 the modes varlen, throughput, mfu, profile (several modes may be given)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh throughput-tp2   # 2 GPUs: rollout_throughput --tp 2
@@ -20,19 +21,18 @@ step() {  # step NAME TIMEOUT_S command...: run it, log to $out/NAME.log, rememb
   echo "== $name rc=$rc"; quiet 8 < "$out/$name.log"
 }
 
-case "${1:?one-gpu, two-gpu or throughput-tp2}" in
-one-gpu)
-  export CUDA_VISIBLE_DEVICES=0
-  step test_varlen_attention 150 python3 -m pytest -q -m gpu tests/gpu/test_varlen_attention.py
-  step rollout_throughput 330 python3 -m benchmarks.rollout_throughput --commit "$commit"
-  step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3
-  step learner_profile 200 python3 -m benchmarks.learner_profile --commit "$commit" --compile true
-  ;;
-two-gpu)
-  step gpu_rollout_check 330 python3 -m benchmarks.gpu_rollout_check --commit "$commit"
-  step test_learner_gpu 600 python3 -m pytest -q -m gpu tests/gpu/test_learner_gpu.py -rxX
-  work=$(mktemp -d)
-  python3 -c "
+run_mode() {
+  case "$1" in
+  varlen) CUDA_VISIBLE_DEVICES=0 step test_varlen_attention 150 python3 -m pytest -q -m gpu tests/gpu/test_varlen_attention.py ;;
+  throughput) CUDA_VISIBLE_DEVICES=0 step rollout_throughput 400 python3 -m benchmarks.rollout_throughput --commit "$commit" ;;
+  mfu) CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 ;;
+  profile) CUDA_VISIBLE_DEVICES=0 step learner_profile 200 python3 -m benchmarks.learner_profile --commit "$commit" --compile true ;;
+  one-gpu) for m in varlen throughput mfu profile; do run_mode "$m"; done ;;
+  two-gpu)
+    step gpu_rollout_check 330 python3 -m benchmarks.gpu_rollout_check --commit "$commit"
+    step test_learner_gpu 600 python3 -m pytest -q -m gpu tests/gpu/test_learner_gpu.py -rxX
+    work=$(mktemp -d)
+    python3 -c "
 from rayrl.data.gsm8k import write_synthetic_gsm8k
 from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
@@ -40,14 +40,17 @@ shape = {k: v for k, v in QWEN2_1_5B_SHAPE.items() if k != 'vocab_size'}
 save_random_qwen2('$work/model', chars=TEXT_CHARS, **shape)
 write_synthetic_gsm8k('$work/gsm8k.jsonl', 512)
 " > "$out/fixtures.log" 2>&1 || { echo "fixtures failed"; tail -20 "$out/fixtures.log"; }
-  step gsm8k_recipe 330 python3 -m benchmarks.recipe_run --commit "$commit" --config recipes/gsm8k_grpo.yaml \
-    model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=3 rollout.batch_size=16 \
-    data.eval_size=32 rollout.enforce_eager=true scheduler.include_dashboard=false metrics.run_dir="$out/runs" \
-    metrics.run_name=gsm8k-3 metrics.progress=false
-  ;;
-throughput-tp2)
-  step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2
-  ;;
-esac
+    step gsm8k_recipe 330 python3 -m benchmarks.recipe_run --commit "$commit" --config recipes/gsm8k_grpo.yaml \
+      model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=3 rollout.batch_size=16 \
+      data.eval_size=32 rollout.enforce_eager=true scheduler.include_dashboard=false metrics.run_dir="$out/runs" \
+      metrics.run_name=gsm8k-3 metrics.progress=false
+    ;;
+  throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, two-gpu or throughput-tp2"; exit 2 ;;
+  esac
+}
+
+[ $# -gt 0 ] || { echo "usage: COMMIT=... $0 MODE [MODE ...]"; exit 2; }
+for mode in "$@"; do run_mode "$mode"; done
 find benchmarks/results -name '*.json' -newer "$out/.start" -exec cp {} "$out/" \;  # this run's results only
 printf '%s\n' "${summary[@]}"
