@@ -63,7 +63,8 @@ class PlacementPlan:
     def total_cpus(self) -> int:
         return math.ceil(sum(b["CPU"] for b in self.bundles))
 
-    def create(self, timeout_s: float = 60.0) -> None:
+    def create(self) -> None:
+        timeout_s = self.cfg.placement.ready_timeout_s
         self.group = placement_group(self.bundles, strategy=self.cfg.placement.strategy, name=self.name)
         ready, _ = ray.wait([self.group.ready()], timeout=timeout_s)
         if not ready:

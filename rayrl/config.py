@@ -156,6 +156,7 @@ class PlacementConfig(_Section):
     mode: Literal["split", "colocate"] = "split"
     strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     service_cpus: float = Field(0.5, gt=0)  # one bundle shared by the reward actors, buffer, broadcaster
+    ready_timeout_s: float = Field(60.0, gt=0)  # the placement group must be placed within it, or the run stops
 
 
 class DataConfig(_Section):
@@ -189,16 +190,22 @@ class MetricsConfig(_Section):
 
 
 class Config(_Section):
+    """The whole run: one section per concern, each defaulting to its own defaults."""
+
+    # where it runs
     cluster: ClusterConfig = ClusterConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
+    placement: PlacementConfig = PlacementConfig()
+    # what it learns from
     model: ModelConfig = ModelConfig()
-    rollout: RolloutConfig = RolloutConfig()
+    data: DataConfig = DataConfig()
     reward: RewardConfig = RewardConfig()
+    # how it learns
+    rollout: RolloutConfig = RolloutConfig()
     learner: LearnerConfig = LearnerConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     sync: SyncConfig = SyncConfig()
-    placement: PlacementConfig = PlacementConfig()
-    data: DataConfig = DataConfig()
+    # what it keeps
     checkpoint: CheckpointConfig = CheckpointConfig()
     metrics: MetricsConfig = MetricsConfig()
 

@@ -28,7 +28,7 @@ class RayCounters:
 class RunLog:
     """metrics.jsonl in the run directory, plus wandb when enabled."""
 
-    def __init__(self, run_dir: Path, wandb_project: str | None, config: dict, wandb_mode: str = "offline") -> None:
+    def __init__(self, run_dir: Path, wandb_project: str | None, config: dict, wandb_mode: str) -> None:
         self.file = (run_dir / "metrics.jsonl").open("a")
         self.wandb = None
         if wandb_project:
