@@ -1,7 +1,7 @@
 """The CPU learning test's run, repeated: held-out accuracy before/after and sampled reward of the first
 and last 25 steps, per run, with median and min-max. The bars in tests/cpu/test_learning.py come from it.
 
-    python -m benchmarks.learning_repeats [--runs 5] [key=value ...]
+    python -m benchmarks.learning_repeats [--runs 5] [key=value ...]   (e.g. learner.total_steps=150)
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from rayrl.config import load_config
 from rayrl.trainer import start_ray, train
 
 # the run tests/cpu/test_learning.py makes (its fixture adds a private model cache and run directory)
-TEST_RUN = ["learner.total_steps=150", "rollout.batch_size=32", "rollout.group_size=8", "data.eval_size=200",
+STEPS = 400
+TEST_RUN = [f"learner.total_steps={STEPS}", "rollout.batch_size=32", "rollout.group_size=8", "data.eval_size=200",
             "rollout.max_staleness=1", "metrics.progress=false", "checkpoint.save_final=false",
             "scheduler.include_dashboard=false"]
 WINDOW = 25  # steps averaged at each end of the run

@@ -1,25 +1,33 @@
-"""A short asynchronous run on the real Ray pipeline whose training reward rises."""
+"""An asynchronous run on the real Ray pipeline whose held-out accuracy and sampled reward rise.
+
+The bars are about half the smallest gains of five repeats of this very run (`python -m
+benchmarks.learning_repeats --runs 5`, results in benchmarks/results/). At 150 steps held-out
+accuracy did not reliably rise (gains 0.0-0.165 over five repeats), so the run is 400 steps.
+"""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+from benchmarks.learning_repeats import STEPS, TEST_RUN, reward_ends
 from rayrl.trainer import train
 
+EVAL_GAIN = 0.13  # held-out greedy accuracy, after minus before
+REWARD_GAIN = 0.15  # mean sampled reward, last 25 steps minus first 25
 
-def test_short_run_learns(ray_cluster, make_cfg):
-    """A short asynchronous run: held-out greedy accuracy rises, and the run directory is complete."""
-    cfg = make_cfg("learner.total_steps=150", "rollout.batch_size=32",
-                   "rollout.group_size=8", "data.eval_size=200", "rollout.max_staleness=1",
-                   "metrics.run_name=learns")
+
+def test_run_learns(ray_cluster, make_cfg):
+    """Held-out greedy accuracy (200 problems) rises by EVAL_GAIN and the sampled reward by REWARD_GAIN,
+    with staleness within η = 1, no reward failures, and a complete run directory."""
+    cfg = make_cfg(*TEST_RUN, "metrics.run_name=learns")
     summary = train(cfg)
-    assert 0.0 <= summary["eval_accuracy_before"] <= 1.0 and 0.0 <= summary["eval_accuracy_after"] <= 1.0
+    before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
+    assert after >= before + EVAL_GAIN, f"held-out accuracy {before:.3f} -> {after:.3f}, want +{EVAL_GAIN}"
     assert summary["reward_failures"] == {"error": 0, "timeout": 0}
-    run = cfg.metrics.run_dir + "/learns"
-    lines = [json.loads(x) for x in open(f"{run}/metrics.jsonl")]
-    steps = [x for x in lines if "step" in x]
-    assert len(steps) == 150 and max(s["staleness_max"] for s in steps) <= 1
-    first = sum(s["reward_mean"] for s in steps[:25]) / 25
-    last = sum(s["reward_mean"] for s in steps[-25:]) / 25
-    assert last >= first + 0.03, f"training reward did not rise: first 25 steps {first:.3f}, last 25 {last:.3f}"
-    assert json.load(open(f"{run}/summary.json"))["steps"] == 150
+    run = Path(cfg.metrics.run_dir) / "learns"
+    steps = [x for x in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "step" in x]
+    assert len(steps) == STEPS and max(s["staleness_max"] for s in steps) <= 1
+    first, last = reward_ends(run)
+    assert last >= first + REWARD_GAIN, f"sampled reward {first:.3f} -> {last:.3f}, want +{REWARD_GAIN}"
+    assert json.loads((run / "summary.json").read_text())["steps"] == STEPS
