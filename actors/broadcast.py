@@ -37,9 +37,16 @@ class WeightBroadcaster:
 
     def sync(self) -> WeightVersion:
         """Push the learner's weights to every rollout worker as version v+1, then tell the buffer."""
+        return self.publish(self.version + 1)
+
+    def current_version(self) -> int:
+        return self.version
+
+    def publish(self, version: int) -> WeightVersion:
+        """Push the learner's weights labelled `version` (sync() after a step; a resumed run's restored
+        version once at start), then tell the buffer."""
         if self.plan is None:
             raise RuntimeError("WeightBroadcaster.sync before setup()")
-        version = self.version + 1
         t0 = time.perf_counter()
         ray.get([w.begin_weight_update.remote() for w in self.rollouts])
         ray.get(self.learners.send_weights(self.plan) + [w.receive_weights.remote(self.plan) for w in self.rollouts])

@@ -13,8 +13,9 @@ from rayrl.types import GroupMeta
 
 @ray.remote(num_cpus=0)
 class TrajectoryBuffer:
-    def __init__(self, batch_size: int, max_staleness: int) -> None:
-        self.manager = StalenessManager(batch_size, max_staleness)
+    def __init__(self, batch_size: int, max_staleness: int, version: int = 0, accepted: int = 0) -> None:
+        """version / accepted: where a resumed run stands (its trained groups count as accepted)."""
+        self.manager = StalenessManager(batch_size, max_staleness, version, accepted)
         self.items: deque[tuple[ray.ObjectRef, GroupMeta]] = deque()
         self.changed = asyncio.Condition()
         self.closed = False

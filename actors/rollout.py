@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 
 import ray
 from ray.util.queue import Empty, Queue
@@ -15,6 +16,11 @@ from rayrl.data.template import PromptTemplate
 from rayrl.engines.registry import ROLLOUT_ENGINES, resolve
 from rayrl.metrics import RayCounters
 from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
+
+
+def request_seed(seed: int, task_id: str) -> int:
+    """The same task id samples the same way in every run and after a resume."""
+    return zlib.crc32(f"{seed}:{task_id}".encode())
 
 
 # "gen" is left at Ray's own bound for async actors; rollout.max_concurrent_calls limits the engine calls
@@ -55,7 +61,7 @@ class RolloutWorker:
     async def generate_groups(self, tasks: list[Task], n: int, temperature: float) -> list[TrajectoryGroup]:
         """n samples per task, unscored, one engine call."""
         requests = [GenerationRequest(t.id, self.template.encode(t), n, self.cfg.rollout.max_new_tokens,
-                                      temperature) for t in tasks]
+                                      temperature, seed=request_seed(self.cfg.rollout.seed, t.id)) for t in tasks]
         async with self.calls:
             samples = await self.engine.generate(requests)
         by_id: dict[str, list] = {t.id: [] for t in tasks}

@@ -76,6 +76,7 @@ class RolloutConfig(_Section):
     eval_temperature: float = Field(0.0, ge=0)  # held-out evaluation; 0 is greedy
     eval_samples_per_task: int = Field(1, ge=1)  # accuracy is the share of correct samples
     request_timeout_s: float = Field(600.0, gt=0)  # past it a request is aborted, returned with its partial tokens
+    seed: int = 0  # each request samples from its own stream, seeded by this and its task id (exact resume)
     # vLLM engine (model.backend=vllm)
     tensor_parallel_size: int = Field(1, ge=1)  # GPUs per rollout worker, through vLLM's Ray executor
     max_model_len: int | None = None  # None: the model's max_position_embeddings
@@ -179,6 +180,12 @@ class DataConfig(_Section):
 
 class CheckpointConfig(_Section):
     save_final: bool = True  # HF export of the trained policy into the run directory
+    every_steps: int = Field(0, ge=0)  # a resumable checkpoint every N steps; 0: none
+    keep: int = Field(2, ge=1)  # the newest complete checkpoints kept
+    dir: str | None = None  # None: <run directory>/checkpoints
+    # auto: continue the newest complete checkpoint of this run, if any; never: a rerun of the same name
+    # starts a new run directory beside it; or the path of one checkpoint
+    resume: str = "auto"
 
 
 class MetricsConfig(_Section):

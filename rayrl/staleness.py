@@ -8,13 +8,13 @@ from __future__ import annotations
 
 
 class StalenessManager:
-    def __init__(self, batch_size: int, max_staleness: int) -> None:
+    def __init__(self, batch_size: int, max_staleness: int, version: int = 0, accepted: int = 0) -> None:
         if batch_size < 1 or max_staleness < 0:
             raise ValueError(f"need batch_size >= 1 and max_staleness >= 0, got {batch_size}, {max_staleness}")
         self.batch_size = batch_size
         self.max_staleness = max_staleness
-        self.version = 0
-        self.accepted = 0  # groups finished and handed to the buffer, ever
+        self.version = version
+        self.accepted = accepted  # groups finished and handed to the buffer, ever
         self.running = 0  # groups admitted and still being generated
 
     def capacity(self) -> int:

@@ -12,9 +12,11 @@ from pathlib import Path
 import ray
 from ray.util.queue import Queue
 
+from rayrl import checkpoint
 from rayrl.actors import LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
+from rayrl.checkpoint import RunState
 from rayrl.config import Config, save_config
-from rayrl.data import PromptTemplate, endless, load_tasks
+from rayrl.data import PromptStream, PromptTemplate, load_tasks, stream_position
 from rayrl.metrics import Progress, RunLog
 from rayrl.models import build_model
 from rayrl.placement import PlacementPlan
@@ -39,12 +41,25 @@ class Trainer:
         self.train_tasks, self.eval_tasks = load_tasks(cfg.data)
         name = cfg.metrics.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(cfg.metrics.run_dir) / name
+        self.resume_from = checkpoint.find_resume(cfg.checkpoint.resume, self._checkpoint_root())
+        if self.resume_from is None:  # a rerun of a name never appends to the earlier run: it gets name-2, ...
+            n = 2
+            while (self.run_dir / "metrics.jsonl").exists():
+                self.run_dir, n = Path(cfg.metrics.run_dir) / f"{name}-{n}", n + 1
+        if cfg.checkpoint.every_steps:
+            checkpoint.check_writable(self._checkpoint_root())  # fail now, not at the first checkpoint
         # role names (rollout-0, buffer, ...) live in a namespace of this run, so runs never collide
-        self.namespace = f"rayrl-{name}"
+        self.namespace = f"rayrl-{self.run_dir.name}"
         self.actors: list = []
 
+    def _checkpoint_root(self) -> Path:
+        d = self.cfg.checkpoint.dir
+        return Path(d).expanduser() if d else self.run_dir / "checkpoints"
+
     # ---- setup ------------------------------------------------------------------------------
-    def setup(self) -> None:
+    def setup(self, state: RunState | None = None) -> None:
+        """Start or join Ray, place and create every actor; with a state, continue from it: the learner
+        loads its checkpoint and the rollout workers get its weights as the state's version."""
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
@@ -56,8 +71,9 @@ class Trainer:
 
         template_ref = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(self.model_path)))  # once
         self.queue = Queue(actor_options={"num_cpus": 0, "name": "prompts", "namespace": self.namespace})
+        version, trained = (state.version, state.step * cfg.rollout.batch_size) if state else (0, 0)
         self.buffer = TrajectoryBuffer.options(**self._named("buffer", "service")).remote(
-            cfg.rollout.batch_size, cfg.rollout.max_staleness)
+            cfg.rollout.batch_size, cfg.rollout.max_staleness, version, trained)
         self.rewards = [RewardActor.options(**self._named(f"reward-{i}", "service")).remote(cfg)
                         for i in range(cfg.reward.num_actors)]
         self.rollouts = [
@@ -68,22 +84,30 @@ class Trainer:
         ]
         self.learners = LearnerGroup(cfg, self.model_path, self.placement, namespace=self.namespace)
         self.broadcaster = WeightBroadcaster.options(**self._named("broadcaster", "service")).remote(
-            cfg, self.learners, self.rollouts, self.buffer)
+            cfg, self.learners, self.rollouts, self.buffer, version)
         self.weight_sync = ray.get(self.broadcaster.setup.remote())  # tensors, bytes, buckets: in the summary
         self.actors = [self.buffer, *self.rewards, *self.rollouts, *self.learners.workers, self.broadcaster]
-        self.prompts = endless(self.train_tasks, cfg.data.seed)
-        self.queued = 0
+        self.prompts = PromptStream(self.train_tasks, cfg.data.seed)
+        self.untrained: set[int] = set()  # stream positions fed and not trained yet
+        if state is not None:
+            self.learners.load(str(self.resume_from / "learner"))
+            ray.get(self.broadcaster.publish.remote(version))  # rollout workers take the checkpoint's weights
+            refed = self.prompts.restore(state.fed, state.pending)  # regenerated, in stream order
+            self.untrained.update(state.pending)
+            if refed:
+                self.queue.put_nowait_batch(refed)
 
     def _named(self, name: str, role: str, index: int = 0) -> dict:
         return {"name": name, "namespace": self.namespace, **self.placement.actor_options(role, index)}
 
     # ---- pieces of a step --------------------------------------------------------------------
     def feed(self, upto: int) -> None:
-        """Keep `upto` prompt groups queued ahead for the rollout workers to pull."""
-        n = upto - self.queued
+        """Take prompts from the stream until `upto` have been fed, for the rollout workers to pull."""
+        n = upto - self.prompts.fed
         if n > 0:
-            self.queue.put_nowait_batch([next(self.prompts) for _ in range(n)])
-            self.queued += n
+            tasks = self.prompts.take(n)
+            self.untrained.update(stream_position(t.id) for t in tasks)
+            self.queue.put_nowait_batch(tasks)
 
     def evaluate(self, tasks: list[Task]) -> float:
         """Held-out accuracy (greedy by default), spread over the rollout workers, scored by reward actors."""
@@ -103,22 +127,39 @@ class Trainer:
         if ready[0] != ref:
             ray.get(ready[0])  # raises the rollout worker's error
             raise RuntimeError("a rollout worker's loop ended while training was still running")
-        return [wrapped for wrapped, _meta in ray.get(ref)]
+        items = ray.get(ref)
+        self.untrained.difference_update(stream_position(meta.task_id) for _, meta in items)
+        return [wrapped for wrapped, _meta in items]
+
+    def save_checkpoint(self, step: int, samples: int, acc_before: float) -> None:
+        """Learner state into a temporary directory, then the driver's state, the manifest, the rename."""
+        root = self._checkpoint_root()
+        tmp = checkpoint.begin(root, step)
+        self.learners.save(str(tmp / "learner"))
+        state = RunState(step, ray.get(self.broadcaster.current_version.remote()), self.prompts.fed, sorted(self.untrained),
+                         samples, acc_before)
+        checkpoint.commit(tmp, root, state, self.cfg.checkpoint.keep)
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> dict:
         cfg = self.cfg
         t_start = time.perf_counter()
-        self.setup()
-        acc_before = self.evaluate(self.eval_tasks)
+        state = checkpoint.load_state(self.resume_from) if self.resume_from else None
+        self.setup(state)
+        if state is None:
+            first, samples, acc_before = 1, 0, self.evaluate(self.eval_tasks)
+        else:  # the steps after the checkpoint are redone: their metrics lines go
+            first, samples, acc_before = state.step + 1, state.samples, state.eval_accuracy_before
+            checkpoint.truncate_metrics(self.run_dir / "metrics.jsonl", state.step)
         log = RunLog(self.run_dir, cfg.metrics.wandb_project if cfg.metrics.wandb else None,
                      cfg.model_dump(mode="json"), cfg.metrics.wandb_mode)
         progress = Progress(cfg.learner.total_steps, cfg.metrics.progress)
         B, lead = cfg.rollout.batch_size, cfg.rollout.max_staleness + cfg.rollout.prompt_lead_batches
-        self.feed(lead * B)
+        self.feed((lead + first - 1) * B)
         run_refs = [w.run.remote() for w in self.rollouts]
-        t_loop, samples, timings = time.perf_counter(), 0, {"wait_s": 0.0, "train_s": 0.0, "sync_s": 0.0}
-        for step in range(1, cfg.learner.total_steps + 1):
+        t_loop, timings = time.perf_counter(), {"wait_s": 0.0, "train_s": 0.0, "sync_s": 0.0}
+        loop_samples = 0
+        for step in range(first, cfg.learner.total_steps + 1):
             t0 = time.perf_counter()
             refs = self.next_batch(run_refs)
             t1 = time.perf_counter()
@@ -128,14 +169,17 @@ class Trainer:
             t3 = time.perf_counter()
             self.feed((lead + step) * B)
             samples += stats["samples"]
+            loop_samples += stats["samples"]
             timings["wait_s"] += t1 - t0
             timings["train_s"] += t2 - t1
             timings["sync_s"] += t3 - t2
             rec = {"step": step, **stats, "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds,
-                   "step_s": t3 - t0, "samples_per_s": samples / (t3 - t_loop)}
+                   "step_s": t3 - t0, "samples_per_s": loop_samples / (t3 - t_loop)}
             log.write(rec)
             progress.update(rec)
-        loop_s = time.perf_counter() - t_loop
+            if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
+                self.save_checkpoint(step, samples, acc_before)
+        loop_s, n_steps = time.perf_counter() - t_loop, max(1, cfg.learner.total_steps - first + 1)
         progress.close()
         unused = self.shutdown_rollouts(run_refs)
         acc_after = self.evaluate(self.eval_tasks)
@@ -144,10 +188,9 @@ class Trainer:
         summary = {
             "eval_accuracy_before": acc_before, "eval_accuracy_after": acc_after,
             "steps": cfg.learner.total_steps, "samples": samples, "wall_s": time.perf_counter() - t_start,
-            "loop_s": loop_s, "step_s_mean": loop_s / cfg.learner.total_steps,
-            **{f"{k}_per_step": v / cfg.learner.total_steps for k, v in timings.items()},
-            "generation_s_per_step": self.rollout_totals["gen_s"] / cfg.learner.total_steps
-            / max(1, len(self.rollouts)),
+            "loop_s": loop_s, "step_s_mean": loop_s / n_steps, "resumed_from": str(self.resume_from or ""),
+            **{f"{k}_per_step": v / n_steps for k, v in timings.items()},
+            "generation_s_per_step": self.rollout_totals["gen_s"] / n_steps / max(1, len(self.rollouts)),
             "unused_groups": unused, "reward_failures": self.reward_failures(),
             "aborted_samples": self.rollout_totals["aborted"],
             "max_staleness": cfg.rollout.max_staleness, "weight_sync": self.weight_sync,

@@ -25,6 +25,7 @@ class GenerationRequest(msgspec.Struct):
     temperature: float
     ignore_eos: bool = False  # generate exactly max_new_tokens (benchmarks, interruption tests)
     timeout_s: float | None = None  # None: rollout.request_timeout_s; past it the request is aborted
+    seed: int | None = None  # sample i draws from a stream seeded by (seed, i); None: the engine's own stream
 
 
 class Sample(msgspec.Struct):

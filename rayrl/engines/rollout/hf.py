@@ -52,6 +52,19 @@ class _PauseGate:
             self._cond.notify_all()
 
 
+def _sample_stream(seed: int | None, index: int) -> torch.Generator:
+    """Sample `index` of a request draws from its own generator: the same seed gives the same tokens,
+    whatever else shares the batch. No seed: one drawn from torch's global stream."""
+    base = int(torch.randint(2**31, (1,))) if seed is None else seed
+    return torch.Generator().manual_seed((base << 16) + index)
+
+
+def _gumbel(streams: list[torch.Generator], vocab: int) -> torch.Tensor:
+    """[rows, vocab] Gumbel noise, row b from streams[b]; argmax(log p + noise) samples from p."""
+    u = torch.stack([torch.rand(vocab, generator=g) for g in streams]).clamp(1e-20, 1 - 1e-7)
+    return -torch.log(-torch.log(u))
+
+
 class HFRolloutEngine:
     def __init__(self, model_path: str, cfg: Config, num_threads: int = 1, tokenizer=None) -> None:
         torch.set_num_threads(max(1, num_threads))
@@ -95,6 +108,7 @@ class HFRolloutEngine:
         limits = torch.tensor([r.max_new_tokens for r, _ in rows])
         stops_at_eos = torch.tensor([not r.ignore_eos for r, _ in rows])
 
+        streams = [_sample_stream(r.seed, i) for r, i in rows]
         out_tokens, out_logp, out_ver = [], [], []
         done = torch.zeros(len(rows), dtype=torch.bool)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -102,7 +116,7 @@ class HFRolloutEngine:
         for t in range(max_new):
             logits = step_out.logits[:, -1].float()
             logp = torch.log_softmax(logits / divisor, -1)
-            sampled = torch.multinomial(logp.exp(), 1).squeeze(1)
+            sampled = (logp + _gumbel(streams, logp.shape[1])).argmax(-1)  # a draw from softmax(logits / T)
             tok = torch.where(greedy, logits.argmax(-1), sampled)
             tok = torch.where(done, torch.full_like(tok, pad), tok)
             out_tokens.append(tok)

@@ -140,7 +140,7 @@ class VLLMRolloutEngine:
 
         # FINAL_ONLY, as LLM.generate does: streaming every token to Python costs ~25% throughput.
         # Per-token versions come from the token counts recorded at each weight update (_mark_boundaries).
-        params = SamplingParams(n=r.n, max_tokens=r.max_new_tokens, temperature=r.temperature, logprobs=0,
+        params = SamplingParams(n=r.n, max_tokens=r.max_new_tokens, temperature=r.temperature, logprobs=0, seed=r.seed,
                                 ignore_eos=r.ignore_eos, detokenize=False,
                                 output_kind=RequestOutputKind.FINAL_ONLY,
                                 stop_token_ids=[] if r.ignore_eos else [self.tokenizer.eos_token_id])

@@ -1,0 +1,102 @@
+"""Resumable run checkpoints: written atomically (temporary directory, manifest last, rename), the
+newest checkpoint.keep kept, found again by checkpoint.resume. The learner writes its own state into
+the checkpoint's learner/ folder; this module holds the driver's part and the directory rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import msgspec
+
+MANIFEST = "manifest.json"  # written last: a checkpoint without it is incomplete and never resumed
+PREFIX = "step-"
+
+
+class RunState(msgspec.Struct):
+    """What the driver needs to continue: the step, the policy version, the prompt stream's position
+    and which fed prompts were not trained yet (regenerated on resume, never lost, never trained twice)."""
+
+    step: int
+    version: int
+    fed: int  # prompts taken from the stream so far
+    pending: list[int]  # stream positions fed but not trained
+    samples: int  # samples trained so far
+    eval_accuracy_before: float
+
+
+class StorageError(RuntimeError):
+    """The checkpoint directory cannot be used; the message names it."""
+
+
+def check_writable(root: Path) -> None:
+    """Create root and write a marker in it, or raise naming the path (before any work starts)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        marker = root / f".writable-{socket.gethostname()}-{os.getpid()}"
+        marker.write_text("ok")
+        marker.unlink()
+    except OSError as err:
+        raise StorageError(f"checkpoint directory '{root}' is not writable ({err.strerror}); set checkpoint.dir "
+                           "to a writable path or checkpoint.every_steps=0") from None
+
+
+def checkpoint_path(root: Path, step: int) -> Path:
+    return root / f"{PREFIX}{step:08d}"
+
+
+def begin(root: Path, step: int) -> Path:
+    """A fresh temporary directory for the checkpoint of this step (the learner writes into it first)."""
+    tmp = root / f".tmp-{PREFIX}{step:08d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def commit(tmp: Path, root: Path, state: RunState, keep: int) -> Path:
+    """State, then the manifest, then the rename: a crash at any point leaves no half checkpoint."""
+    (tmp / "run_state.json").write_bytes(msgspec.json.encode(state))
+    (tmp / MANIFEST).write_text(json.dumps({"step": state.step, "version": state.version}))
+    final = checkpoint_path(root, state.step)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in complete(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def complete(root: Path) -> list[Path]:
+    """Complete checkpoints under root, oldest first."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.glob(f"{PREFIX}*") if (p / MANIFEST).is_file())
+
+
+def load_state(path: Path) -> RunState:
+    if not (path / MANIFEST).is_file():
+        raise FileNotFoundError(f"'{path}' is not a complete checkpoint (no {MANIFEST})")
+    return msgspec.json.decode((path / "run_state.json").read_bytes(), type=RunState)
+
+
+def find_resume(resume: str, root: Path) -> Path | None:
+    """checkpoint.resume -> the checkpoint to continue, or None to start fresh."""
+    if resume == "never":
+        return None
+    if resume == "auto":
+        found = complete(root)
+        return found[-1] if found else None
+    path = Path(resume).expanduser()
+    load_state(path)  # raises naming the path when it is not a complete checkpoint
+    return path
+
+
+def truncate_metrics(metrics_file: Path, step: int) -> None:
+    """Drop metrics.jsonl records after step (they are redone on resume) and any summary line."""
+    if not metrics_file.is_file():
+        return
+    kept = [line for line in metrics_file.read_text().splitlines()
+            if "summary" not in (rec := json.loads(line)) and rec.get("step", 0) <= step]
+    metrics_file.write_text("".join(line + "\n" for line in kept))

@@ -1,0 +1,66 @@
+"""Exact resume: η = 0 and a fixed seed, 6 steps straight against 3 steps, a SIGKILL of the driver (and
+its private cluster), and a resume for the other 3: the same final weights, bit for bit, and the same
+per-step metrics. Also: a rerun of a finished run's name starts a new run directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMINGS = {"time", "wait_s", "train_s", "sync_s", "step_s", "samples_per_s"}
+
+
+def _driver(model_cache: Path, runs: Path, name: str, *extra: str) -> list[str]:
+    return [sys.executable, "recipes/arithmetic_grpo.py", "--config", "recipes/arithmetic_grpo.yaml",
+            "learner.total_steps=6", "rollout.batch_size=8", "rollout.group_size=4", "rollout.max_staleness=0",
+            "data.eval_size=16", f"model.cache_dir={model_cache}", f"metrics.run_dir={runs}",
+            f"metrics.run_name={name}", "metrics.progress=false", "scheduler.include_dashboard=false", *extra]
+
+
+def _env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+
+
+def _steps(run: Path) -> list[dict]:
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in x.items() if k not in TIMINGS} for x in lines if "step" in x]
+
+
+def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, model_cache):
+    runs = tmp_path / "runs"
+    subprocess.run(_driver(model_cache, runs, "straight"), cwd=ROOT, env=_env(), check=True, timeout=600,
+                   capture_output=True)
+
+    cmd = _driver(model_cache, runs, "resumed", "checkpoint.every_steps=3")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    first = runs / "resumed" / "checkpoints" / "step-00000003" / "manifest.json"
+    deadline = time.monotonic() + 300
+    while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray processes it started
+    proc.wait()
+    assert first.exists(), "the first leg never wrote its step-3 checkpoint"
+    assert not (runs / "resumed" / "summary.json").exists(), "the first leg finished before it was killed"
+
+    subprocess.run(cmd, cwd=ROOT, env=_env(), check=True, timeout=600, capture_output=True)  # resume=auto
+    summary = json.loads((runs / "resumed" / "summary.json").read_text())
+    assert summary["resumed_from"].endswith("step-00000003") and summary["steps"] == 6
+    assert _steps(runs / "resumed") == _steps(runs / "straight")
+    a, b = load_file(runs / "straight" / "final" / "model.safetensors"), load_file(runs / "resumed" / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    # the same name again with resume=never: a new directory, the finished run untouched
+    subprocess.run(_driver(model_cache, runs, "straight", "learner.total_steps=1", "checkpoint.resume=never",
+                           "checkpoint.save_final=false"), cwd=ROOT, env=_env(), check=True, timeout=600,
+                   capture_output=True)
+    assert len(_steps(runs / "straight")) == 6 and len(_steps(runs / "straight-2")) == 1
