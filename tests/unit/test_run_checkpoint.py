@@ -1,0 +1,61 @@
+"""The driver's checkpoint files: atomic commit, keep, finding the one to resume, storage check."""
+
+import json
+
+import pytest
+
+from rayrl import checkpoint
+from rayrl.checkpoint import RunState, StorageError
+from rayrl.config import load_config
+from rayrl.trainer import Trainer
+
+
+def _state(step: int) -> RunState:
+    return RunState(step=step, version=step, fed=8 * step + 16, pending=[8 * step, 8 * step + 1], samples=32 * step,
+                    eval_accuracy_before=0.2)
+
+
+def test_commit_keeps_the_newest_and_resume_finds_only_complete_ones(tmp_path):
+    for step in (3, 6, 9):
+        tmp = checkpoint.begin(tmp_path, step)
+        (tmp / "learner").mkdir()
+        checkpoint.commit(tmp, tmp_path, _state(step), keep=2)
+    assert [p.name for p in checkpoint.complete(tmp_path)] == ["step-00000006", "step-00000009"]
+    checkpoint.begin(tmp_path, 12)  # a crash mid-write: a temporary directory without a manifest
+    newest = checkpoint.find_resume("auto", tmp_path)
+    assert newest.name == "step-00000009" and checkpoint.load_state(newest) == _state(9)
+    assert checkpoint.find_resume("never", tmp_path) is None
+    assert checkpoint.find_resume("auto", tmp_path / "nothing-here") is None
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        checkpoint.find_resume(str(tmp_path / ".tmp-step-00000012"), tmp_path)
+
+
+def test_truncate_metrics_drops_later_steps_and_the_summary(tmp_path):
+    f = tmp_path / "metrics.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in [{"step": 1}, {"step": 2}, {"step": 3}, {"summary": {}}]))
+    checkpoint.truncate_metrics(f, 2)
+    assert [json.loads(x) for x in f.read_text().splitlines()] == [{"step": 1}, {"step": 2}]
+
+
+def test_a_checkpoint_directory_that_cannot_be_written_stops_the_run_naming_it(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    bad = blocker / "checkpoints"
+    with pytest.raises(StorageError, match=f"checkpoint directory '{bad}' is not writable"):
+        checkpoint.check_writable(bad)
+    cfg = load_config(None, [f"metrics.run_dir={tmp_path}", "checkpoint.every_steps=5", f"checkpoint.dir={bad}",
+                             "data.eval_size=10"])
+    with pytest.raises(StorageError, match="checkpoint.dir"):
+        Trainer(cfg)  # before Ray or any model starts
+
+
+def test_prompt_stream_positions_repeat_after_a_restore():
+    from rayrl.data import PromptStream, split, stream_position
+
+    tasks = split(load_config(None, ["data.eval_size=10"]).data)[0]
+    first = PromptStream(tasks, seed=3).take(len(tasks) + 5)  # into the second epoch
+    assert [stream_position(t.id) for t in first] == list(range(len(first)))
+    again = PromptStream(tasks, seed=3)
+    refed = again.restore(len(first), [2, len(first) - 1])
+    assert refed == [first[2], first[-1]] and again.fed == len(first)
+    assert again.take(1)[0].id.endswith(f"@{len(first)}")
