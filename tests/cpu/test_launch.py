@@ -1,40 +1,139 @@
-"""Launch modes: rayrl installed non-editable (a wheel in a fresh venv) and the recipe started from the
-repository root, where the source tree's rayrl/ comes first on the Ray workers' sys.path."""
+"""Launch modes with rayrl installed non-editable (a wheel in a fresh venv): the recipe started from the
+repository root, where the source tree's rayrl/ comes first on the Ray workers' sys.path; and the README's
+`ray start` + `ray job submit --working-dir .` from an empty HOME (token auth on, no token yet)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import site
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
+import pytest
+
+from rayrl.placement import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
+ROLES = {"rollout-0", "reward-0", "learner-0", "buffer", "broadcaster", "prompts"}
 
 
-def test_wheel_install_runs_the_recipe_from_the_repository_root(tmp_path, model_cache):
-    wheels, venv = tmp_path / "wheels", tmp_path / "venv"
+@pytest.fixture(scope="module")
+def wheel_python(tmp_path_factory) -> Path:
+    """A fresh venv with rayrl installed from its wheel; it reuses this environment's dependencies
+    (torch, ray, ...) through a .pth file, but not this environment's editable rayrl."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    wheels, venv = tmp / "wheels", tmp / "venv"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
                     str(ROOT)], check=True, timeout=300)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True,
                              capture_output=True, text=True).stdout.strip()
-    # the fresh venv reuses this environment's dependencies (torch, ray, ...), but not its editable rayrl
     Path(purelib, "dependencies.pth").write_text(site.getsitepackages()[0] + "\n")
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", *wheels.glob("rayrl-*.whl")], check=True,
                    timeout=300)
-    installed = subprocess.run([python, "-c", "import rayrl.actors; print(rayrl.actors.__file__)"], cwd=tmp_path,
+    installed = subprocess.run([python, "-c", "import rayrl.actors; print(rayrl.actors.__file__)"], cwd=tmp,
                                check=True, capture_output=True, text=True).stdout
     assert installed.startswith(purelib), installed
+    return python
+
+
+def _env(**extra: str) -> dict:
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")}, "RAY_USAGE_STATS_ENABLED": "0",
+            **extra}
+
+
+def _recipe(python: Path, model_cache: Path, runs: Path, name: str, *extra: str) -> list[str]:
+    return [str(python), "recipes/arithmetic_grpo.py", "--config", "recipes/arithmetic_grpo.yaml",
+            "rollout.batch_size=8", "rollout.group_size=4", "data.eval_size=16", f"model.cache_dir={model_cache}",
+            f"metrics.run_dir={runs}", f"metrics.run_name={name}", "metrics.progress=false",
+            "checkpoint.save_final=false", "scheduler.include_dashboard=false", *extra]
+
+
+def test_wheel_install_runs_the_recipe_from_the_repository_root(wheel_python, tmp_path, model_cache):
     runs = tmp_path / "runs"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    proc = subprocess.run(
-        [python, "recipes/arithmetic_grpo.py", "--config", "recipes/arithmetic_grpo.yaml", "learner.total_steps=3",
-         "rollout.batch_size=8", "rollout.group_size=4", "data.eval_size=16", f"model.cache_dir={model_cache}",
-         f"metrics.run_dir={runs}", "metrics.run_name=wheel", "metrics.progress=false",
-         "checkpoint.save_final=false", "scheduler.include_dashboard=false"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(_recipe(wheel_python, model_cache, runs, "wheel", "learner.total_steps=3"), cwd=ROOT,
+                          env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((runs / "wheel" / "summary.json").read_text())["steps"] == 3
+
+
+def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
+    """The README's commands, from an empty HOME: generate a token, start a head on 127.0.0.1 (own temp
+    dir and ports), submit the recipe with --working-dir, see its role-named actors and rayrl's metrics
+    with role tags while it runs, wait for SUCCEEDED; then stop only the processes this test started."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = _env(HOME=str(home), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="token")
+    ray_cli = [str(wheel_python), "-m", "ray.scripts.scripts"]
+    subprocess.run([*ray_cli, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
+    ports = {k: free_port("127.0.0.1") for k in ("port", "dashboard-port", "dashboard-agent-listen-port",
+                                                 "dashboard-agent-grpc-port", "metrics-export-port",
+                                                 "runtime-env-agent-port", "node-manager-port",
+                                                 "object-manager-port", "ray-client-server-port")}
+    temp = tempfile.mkdtemp(prefix="rr-", dir="/tmp")  # short: Ray's socket paths live under it
+    log = open(tmp_path / "head.log", "w")
+    head = subprocess.Popen([*ray_cli, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=3",
+                             "--dashboard-host=127.0.0.1", f"--temp-dir={temp}", "--min-worker-port=21000",
+                             "--max-worker-port=21999", *(f"--{k}={v}" for k, v in ports.items())],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    dashboard = f"http://127.0.0.1:{ports['dashboard-port']}"
+    runs = tmp_path / "runs"
+    entry = _recipe(wheel_python, model_cache, runs, "job", "learner.total_steps=60", "scheduler.type=ray")
+    try:
+        job, deadline = None, time.monotonic() + 180
+        while job is None and time.monotonic() < deadline:  # the job agent takes a few seconds to come up
+            out = subprocess.run([*ray_cli, "job", "submit", "--address", dashboard, "--working-dir", str(ROOT),
+                                  "--no-wait", "--", *entry], env=env, cwd=ROOT, capture_output=True, text=True,
+                                 timeout=120)
+            found = re.search(r"raysubmit_\w+", out.stdout + out.stderr)
+            job = found.group(0) if out.returncode == 0 and found else None
+            if job is None:
+                time.sleep(2)
+        assert job, f"job submit failed: {out.stderr[-2000:]}"
+        seen_roles, metrics, status = set(), "", ""
+        deadline = time.monotonic() + 480
+        while time.monotonic() < deadline:
+            done = subprocess.run([*ray_cli, "job", "status", "--address", dashboard, job], env=env,
+                                  capture_output=True, text=True, timeout=60)
+            status = (done.stdout + done.stderr).lower()  # the CLI logs "Job '...' succeeded" to stderr
+            if any(word in status for word in ("succeeded", "failed", "stopped")):
+                break
+            actors = subprocess.run([*ray_cli, "list", "actors", "--address", dashboard, "--format", "json",
+                                     "--filter", "state=ALIVE", "--limit", "100"], env=env, capture_output=True,
+                                    text=True, timeout=60)
+            if actors.returncode == 0 and actors.stdout.lstrip().startswith("["):  # else "No resource ..."
+                seen_roles |= {a.get("name") for a in json.loads(actors.stdout)}
+            if 'role="rollout-0"' not in metrics:
+                try:
+                    url = f"http://127.0.0.1:{ports['metrics-export-port']}/metrics"
+                    metrics = urllib.request.urlopen(url, timeout=10).read().decode()
+                except OSError:
+                    pass
+            time.sleep(1)
+        logs = subprocess.run([*ray_cli, "job", "logs", "--address", dashboard, job], env=env, capture_output=True,
+                              text=True, timeout=60).stdout
+        assert "succeeded" in status, f"{status}\n{logs[-3000:]}"
+        assert ROLES <= seen_roles, seen_roles
+        assert re.search(r'rayrl_rollout_samples_total\{[^}]*role="rollout-0"', metrics), metrics[-2000:]
+        assert json.loads((runs / "job" / "summary.json").read_text())["steps"] == 60
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        log.close()
+    time.sleep(2)
+    left = subprocess.run(["pgrep", "-f", temp], capture_output=True, text=True).stdout.split()
+    for pid in left:  # a straggler outside the process group, still ours: it names our temp dir
+        os.kill(int(pid), signal.SIGKILL)
+    assert not left, f"processes of the test's cluster outlived its head: {left}"
