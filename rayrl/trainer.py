@@ -136,8 +136,8 @@ class Trainer:
         root = self._checkpoint_root()
         tmp = checkpoint.begin(root, step)
         self.learners.save(str(tmp / "learner"))
-        state = RunState(step, ray.get(self.broadcaster.current_version.remote()), self.prompts.fed, sorted(self.untrained),
-                         samples, acc_before)
+        version = ray.get(self.broadcaster.current_version.remote())
+        state = RunState(step, version, self.prompts.fed, sorted(self.untrained), samples, acc_before)
         checkpoint.commit(tmp, root, state, self.cfg.checkpoint.keep)
 
     # ---- the loop ----------------------------------------------------------------------------
