@@ -57,6 +57,13 @@ def _recipe(python: Path, model_cache: Path, runs: Path, name: str, *extra: str)
             "checkpoint.save_final=false", "scheduler.include_dashboard=false", *extra]
 
 
+def _scrape(port: int) -> str:
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    except OSError:
+        return ""
+
+
 def test_wheel_install_runs_the_recipe_from_the_repository_root(wheel_python, tmp_path, model_cache):
     runs = tmp_path / "runs"
     proc = subprocess.run(_recipe(wheel_python, model_cache, runs, "wheel", "learner.total_steps=3"), cwd=ROOT,
@@ -86,7 +93,7 @@ def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     dashboard = f"http://127.0.0.1:{ports['dashboard-port']}"
     runs = tmp_path / "runs"
-    entry = _recipe(wheel_python, model_cache, runs, "job", "learner.total_steps=60", "scheduler.type=ray")
+    entry = _recipe(wheel_python, model_cache, runs, "job", "learner.total_steps=150", "scheduler.type=ray")
     try:
         job, deadline = None, time.monotonic() + 180
         while job is None and time.monotonic() < deadline:  # the job agent takes a few seconds to come up
@@ -112,18 +119,18 @@ def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
             if actors.returncode == 0 and actors.stdout.lstrip().startswith("["):  # else "No resource ..."
                 seen_roles |= {a.get("name") for a in json.loads(actors.stdout)}
             if 'role="rollout-0"' not in metrics:
-                try:
-                    url = f"http://127.0.0.1:{ports['metrics-export-port']}/metrics"
-                    metrics = urllib.request.urlopen(url, timeout=10).read().decode()
-                except OSError:
-                    pass
+                metrics = _scrape(ports["metrics-export-port"])
             time.sleep(1)
+        deadline = time.monotonic() + 60  # the metrics agent exports with a lag; give it time after the job
+        while 'role="rollout-0"' not in metrics and time.monotonic() < deadline:
+            metrics = _scrape(ports["metrics-export-port"])
+            time.sleep(2)
         logs = subprocess.run([*ray_cli, "job", "logs", "--address", dashboard, job], env=env, capture_output=True,
                               text=True, timeout=60).stdout
         assert "succeeded" in status, f"{status}\n{logs[-3000:]}"
         assert ROLES <= seen_roles, seen_roles
         assert re.search(r'rayrl_rollout_samples_total\{[^}]*role="rollout-0"', metrics), metrics[-2000:]
-        assert json.loads((runs / "job" / "summary.json").read_text())["steps"] == 60
+        assert json.loads((runs / "job" / "summary.json").read_text())["steps"] == 150
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:
