@@ -50,7 +50,7 @@ def checkpoint_path(root: Path, step: int) -> Path:
 
 def begin(root: Path, step: int) -> Path:
     """A fresh temporary directory for the checkpoint of this step (the learner writes into it first)."""
-    tmp = root / f".tmp-{PREFIX}{step:08d}"
+    tmp = root / f".tmp-{checkpoint_path(root, step).name}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     return tmp
