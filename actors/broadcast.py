@@ -1,7 +1,8 @@
 """WeightBroadcaster: owns the weight-sync group, the policy version and its timing.
 
 One sync: pause rollout engines (in-flight requests kept) -> learner streams packed buckets ->
-rollout engines load them -> resume at version v+1 -> the buffer admits against v+1.
+rollout engines load them -> resume at version v+1 -> the buffer admits against v+1. Each part must
+finish within sync.timeout_s, or the sync fails naming the actors that did not.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import ray
 from rayrl.config import Config
 from rayrl.engines.transport.base import GroupInfo
 from rayrl.engines.transport.topology import topology
+from rayrl.faults import wait_all
 from rayrl.placement import node_address
 from rayrl.types import WeightVersion
 
@@ -24,20 +26,28 @@ class WeightBroadcaster:
         self.cfg, self.learners, self.rollouts, self.buffer = cfg, learner_group, rollouts, buffer
         self.version = version
         self.plan = None
+        self.names = [f"rollout-{i}" for i in range(len(rollouts))]
 
     def setup(self) -> dict:
         """Create the sync group (learner rank 0 = rank 0, on its node) and agree on the bucket plan."""
         addr, port = ray.get(node_address.options(scheduling_strategy=self.learners.rank0_strategy).remote())
         topo = topology(ray.get([w.sync_ranks.remote() for w in self.rollouts]))
         info = lambda rank: GroupInfo(addr, port, topo.world_size, rank, self.cfg.sync.timeout_s)  # noqa: E731
-        ray.get([self.learners.rank0.init_weight_sync.remote(info(0))]
-                + [w.init_weight_transfer.remote(info(r)) for w, r in zip(self.rollouts, topo.first_ranks)])
+        wait_all([self.learners.rank0.init_weight_sync.remote(info(0))]
+                 + [w.init_weight_transfer.remote(info(r)) for w, r in zip(self.rollouts, topo.first_ranks)],
+                 ["learner-0", *self.names], "forming the weight-sync group", self.cfg.sync.timeout_s)
         self.plan = ray.get(self.learners.rank0.weight_plan.remote(int(self.cfg.sync.bucket_mb * 2**20)))
         return {"tensors": self.plan.n_tensors, "bytes": self.plan.n_bytes, "buckets": len(self.plan.buckets)}
 
     def sync(self) -> WeightVersion:
         """Push the learner's weights to every rollout worker as version v+1, then tell the buffer."""
         return self.publish(self.version + 1)
+
+    def rejoin(self) -> WeightVersion:
+        """After a rollout worker restarted: form the sync group anew with every worker and push the
+        current weights again (same version), so the restarted one generates nothing older."""
+        self.setup()
+        return self.publish(self.version)
 
     def current_version(self) -> int:
         return self.version
@@ -47,10 +57,13 @@ class WeightBroadcaster:
         version once at start), then tell the buffer."""
         if self.plan is None:
             raise RuntimeError("WeightBroadcaster.sync before setup()")
-        t0 = time.perf_counter()
-        ray.get([w.begin_weight_update.remote() for w in self.rollouts])
-        ray.get(self.learners.send_weights(self.plan) + [w.receive_weights.remote(self.plan) for w in self.rollouts])
-        ray.get([w.end_weight_update.remote(version) for w in self.rollouts])
+        t0, timeout_s = time.perf_counter(), self.cfg.sync.timeout_s
+        wait_all([w.begin_weight_update.remote() for w in self.rollouts], self.names, "pausing for a weight sync",
+                 timeout_s)
+        wait_all(self.learners.send_weights(self.plan) + [w.receive_weights.remote(self.plan) for w in self.rollouts],
+                 self.learners.names + self.names, f"weight sync to version {version}", timeout_s)
+        wait_all([w.end_weight_update.remote(version) for w in self.rollouts], self.names,
+                 "resuming after a weight sync", timeout_s)
         seconds = time.perf_counter() - t0
         self.version = version
         if self.buffer is not None:

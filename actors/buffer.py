@@ -1,4 +1,6 @@
-"""TrajectoryBuffer: holds object refs of scored groups and admits new rollouts by the staleness rule."""
+"""TrajectoryBuffer: the prompt queue, the leases of prompts being generated, and the refs of scored
+groups; admits new rollouts by the staleness rule. Prompts a dead rollout worker held go back to the
+front of the queue, and its counts stay balanced: produced = trained + waiting + failed + dropped_stale."""
 
 from __future__ import annotations
 
@@ -8,55 +10,122 @@ from collections import deque
 import ray
 
 from rayrl.staleness import StalenessManager
-from rayrl.types import GroupMeta
+from rayrl.types import GroupMeta, Task, TrajectoryGroup
 
 
 @ray.remote(num_cpus=0)
 class TrajectoryBuffer:
-    def __init__(self, batch_size: int, max_staleness: int, version: int = 0, accepted: int = 0) -> None:
-        """version / accepted: where a resumed run stands (its trained groups count as accepted)."""
+    def __init__(self, batch_size: int, max_staleness: int, version: int = 0, ledger: dict | None = None) -> None:
+        """version / ledger: where a resumed run stands (its trained groups count as accepted)."""
+        self.ledger = {"produced": 0, "trained": 0, "failed": 0, "dropped_stale": 0, "requeued": 0, **(ledger or {})}
+        accepted = self.ledger["trained"]
         self.manager = StalenessManager(batch_size, max_staleness, version, accepted)
-        self.items: deque[tuple[ray.ObjectRef, GroupMeta]] = deque()
+        self.prompts: deque[Task] = deque()
+        self.leases: dict[int, dict[str, Task]] = {}  # rollout worker -> the prompts it is generating
+        self.items: deque[tuple[ray.ObjectRef, GroupMeta, Task]] = deque()  # finished, scored groups
         self.changed = asyncio.Condition()
         self.closed = False
 
-    async def admit(self, n: int) -> int:
-        """Wait until at least one group may start; grant up to n. 0 means the buffer closed."""
+    # ---- prompts in, leases out ------------------------------------------------------------
+    async def feed(self, tasks: list[Task]) -> None:
         async with self.changed:
-            await self.changed.wait_for(lambda: self.closed or self.manager.capacity() > 0)
-            return 0 if self.closed else self.manager.try_admit(n)
-
-    async def release(self, n: int) -> None:
-        """Give back admitted slots that produced no group (no prompt came, or generation failed)."""
-        async with self.changed:
-            for _ in range(n):
-                self.manager.on_reject()
+            self.prompts.extend(tasks)
             self.changed.notify_all()
 
-    async def put(self, ref: list[ray.ObjectRef], meta: GroupMeta) -> None:
-        """ref is wrapped in a list so Ray hands over the reference, not the data."""
+    async def take(self, worker: int, n: int) -> list[Task]:
+        """Wait until a group may start and a prompt is queued; lease up to n prompts to the worker.
+        [] means the buffer closed."""
         async with self.changed:
+            await self.changed.wait_for(lambda: self.closed or (self.prompts and self.manager.capacity() > 0))
+            if self.closed:
+                return []
+            granted = self.manager.try_admit(min(n, len(self.prompts)))
+            tasks = [self.prompts.popleft() for _ in range(granted)]
+            self.leases.setdefault(worker, {}).update((t.id, t) for t in tasks)
+            return tasks
+
+    async def requeue(self, worker: int) -> int:
+        """The worker died or failed: its leased prompts go back to the front of the queue."""
+        async with self.changed:
+            tasks = list(self.leases.pop(worker, {}).values())
+            self._give_back(tasks)
+            return len(tasks)
+
+    def _give_back(self, tasks: list[Task]) -> None:
+        for t in reversed(tasks):
+            self.prompts.appendleft(t)
+            self.manager.on_reject()
+        self.ledger["requeued"] += len(tasks)
+        self.changed.notify_all()
+
+    # ---- scored groups in, batches out -------------------------------------------------------
+    async def put(self, worker: int, group: TrajectoryGroup, meta: GroupMeta) -> None:
+        """A scored group, by value: the buffer puts it into the object store itself and so owns it,
+        and it outlives the rollout worker that made it (the learners fetch it by ref)."""
+        ref = ray.put(group)
+        async with self.changed:
+            self.leases.get(worker, {}).pop(meta.task_id, None)
             self.manager.on_accept()
-            self.items.append((ref[0], meta))
+            self.items.append((ref, meta, group.task))
+            self.ledger["produced"] += 1
             self.changed.notify_all()
+
+    async def fail(self, worker: int, task_id: str) -> None:
+        """A group came back but could not be scored: counted, and its prompt is generated again."""
+        async with self.changed:
+            task = self.leases.get(worker, {}).pop(task_id, None)
+            self.ledger["produced"] += 1
+            self.ledger["failed"] += 1
+            if task is not None:
+                self._give_back([task])
 
     async def get_batch(self, n: int) -> list[tuple[list[ray.ObjectRef], GroupMeta]]:
-        """The n oldest groups, as wrapped refs, once n are ready; each within the staleness bound."""
+        """The n oldest groups (by policy version, then arrival), as wrapped refs, once n are ready.
+        A group that finished too late to be within the staleness bound (a slow reward, a restarted
+        actor) is not trained: it is counted as dropped_stale and its prompt generated again."""
         async with self.changed:
-            await self.changed.wait_for(lambda: len(self.items) >= n or self.closed)
+            while True:
+                await self.changed.wait_for(lambda: len(self.items) >= n or self.closed)
+                self._drop_stale()
+                if len(self.items) >= n or self.closed:
+                    break
             if len(self.items) < n:
                 raise RuntimeError(f"buffer closed with {len(self.items)} of {n} groups")
-            out = [([ref], meta) for ref, meta in (self.items.popleft() for _ in range(n))]
-            m = self.manager
-            stale = [meta for _, meta in out if m.version - meta.version > m.max_staleness]
-            if stale:  # admission control guarantees this never happens; training on them would be wrong
-                raise RuntimeError(f"{len(stale)} groups exceed max_staleness={m.max_staleness} at version "
-                                   f"{m.version}, e.g. task {stale[0].task_id} from version {stale[0].version}")
-            return out
+            ordered = sorted(self.items, key=lambda item: item[1].version)  # stable: arrival order within a version
+            out, rest = ordered[:n], ordered[n:]
+            self.items = deque(rest)
+            self.ledger["trained"] += n
+            return [([ref], meta) for ref, meta, _ in out]
+
+    def _drop_stale(self) -> None:
+        m = self.manager
+        stale = [item for item in self.items if m.version - item[1].version > m.max_staleness]
+        if not stale:
+            return
+        self.items = deque(item for item in self.items if m.version - item[1].version <= m.max_staleness)
+        for _ref, _meta, task in stale:
+            m.on_drop()
+            self.prompts.appendleft(task)
+            self.ledger["dropped_stale"] += 1
+        self.changed.notify_all()
 
     async def set_version(self, version: int) -> None:
         async with self.changed:
             self.manager.set_version(version)
+            self.changed.notify_all()
+
+    # ---- checkpoint and end ------------------------------------------------------------------
+    async def snapshot(self) -> tuple[list[tuple[list[ray.ObjectRef], GroupMeta]], dict]:
+        """The finished, untrained groups and the ledger, taken at one instant (for a checkpoint)."""
+        async with self.changed:
+            return [([ref], meta) for ref, meta, _ in self.items], dict(self.ledger)
+
+    async def restore(self, groups: list[TrajectoryGroup]) -> None:
+        """Put a checkpoint's finished groups back, oldest first (the ledger already counts them)."""
+        async with self.changed:
+            for g in groups:
+                self.manager.accepted += 1
+                self.items.append((ray.put(g), GroupMeta(g.task.id, g.min_version, "checkpoint"), g.task))
             self.changed.notify_all()
 
     async def close(self) -> int:
@@ -68,4 +137,5 @@ class TrajectoryBuffer:
 
     async def stats(self) -> dict:
         m = self.manager
-        return {"version": m.version, "accepted": m.accepted, "running": m.running, "waiting": len(self.items)}
+        return {"version": m.version, "accepted": m.accepted, "running": m.running, "waiting": len(self.items),
+                "queued": len(self.prompts), "leased": sum(len(v) for v in self.leases.values()), **self.ledger}

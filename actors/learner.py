@@ -14,6 +14,7 @@ from rayrl.config import Config
 from rayrl.engines.learner import Learner
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan_buckets
+from rayrl.faults import wait_all
 from rayrl.metrics import merge_rank_stats
 from rayrl.placement import node_address
 from rayrl.types import TrajectoryGroup
@@ -84,6 +85,9 @@ class LearnerWorker:
     def save(self, path: str) -> None:
         self.learner.save(path)
 
+    def ping(self) -> bool:
+        return True
+
     def load(self, path: str) -> None:
         self.learner.load(path)
 
@@ -101,6 +105,7 @@ class LearnerGroup:
             .remote(r, n, cfg, model_path, placement.threads("learner"), master)
             for r in range(n)
         ]
+        self.names = [f"learner-{r}" for r in range(n)]
 
     @property
     def rank0(self):
@@ -109,7 +114,25 @@ class LearnerGroup:
     def train(self, refs: list[list[ray.ObjectRef]]) -> dict:
         """Shard the groups (list-wrapped refs) across ranks, train on all, merge their stats."""
         n = len(self.workers)
-        return merge_rank_stats(ray.get([w.train.remote(refs[r::n]) for r, w in enumerate(self.workers)]))
+        return merge_rank_stats(self._all([w.train.remote(refs[r::n]) for r, w in enumerate(self.workers)], "train"))
+
+    def _all(self, refs: list[ray.ObjectRef], what: str) -> list:
+        """Every rank's result; a rank that fails raises at once (the others may wait in a collective)."""
+        return wait_all(refs, self.names, f"learner {what}")
+
+    def dead_ranks(self, timeout_s: float = 5.0) -> list[int]:
+        """Ranks whose actor is dead (a busy rank that does not answer within timeout_s counts as alive)."""
+        refs = [w.ping.remote() for w in self.workers]
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        dead = []
+        for r, ref in enumerate(refs):
+            try:
+                ray.get(ref, timeout=0)
+            except ray.exceptions.RayActorError:
+                dead.append(r)
+            except ray.exceptions.GetTimeoutError:
+                pass
+        return dead
 
     def completion_logprobs(self, groups: list[TrajectoryGroup]) -> list[list[float]]:
         """Rank 0's answer; every rank computes (sharded forward passes are collective)."""
@@ -122,10 +145,10 @@ class LearnerGroup:
         return ray.get([w.full_weights.remote() for w in self.workers])[0]
 
     def save(self, path: str) -> None:
-        ray.get([w.save.remote(path) for w in self.workers])
+        self._all([w.save.remote(path) for w in self.workers], "save")
 
     def load(self, path: str) -> None:
-        ray.get([w.load.remote(path) for w in self.workers])
+        self._all([w.load.remote(path) for w in self.workers], "load")
 
     def kill(self) -> None:
         for w in self.workers:

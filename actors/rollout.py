@@ -1,6 +1,7 @@
-"""RolloutWorker: pulls prompt groups from the shared queue, generates, sends them to a reward actor,
-and hands the scored group's ref to the buffer. Generation and control run in separate concurrency
-groups, so pause / weight updates are served while generation is in flight."""
+"""RolloutWorker: leases prompts from the buffer, generates, has a reward actor score each group and
+hands the scored group to the buffer, which owns it from then on (a dead worker loses no finished
+group). Generation and control run in separate concurrency groups, so pause / weight updates are
+served while generation is in flight."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import time
 import zlib
 
 import ray
-from ray.util.queue import Empty, Queue
-
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.registry import ROLLOUT_ENGINES, resolve
@@ -26,13 +25,19 @@ def request_seed(seed: int, task_id: str) -> int:
 # "gen" is left at Ray's own bound for async actors; rollout.max_concurrent_calls limits the engine calls
 @ray.remote(concurrency_groups={"gen": 1000, "ctrl": 1})
 class RolloutWorker:
-    def __init__(self, index: int, cfg: Config, model_path: str, template: PromptTemplate, queue: Queue,
-                 buffer, rewards: list, num_threads: int) -> None:
+    def __init__(self, index: int, cfg: Config, model_path: str, template: PromptTemplate, buffer,
+                 rewards: list, num_threads: int) -> None:
+        """Also what a restart runs: the engine comes back with model_path's weights and no sync group,
+        and generates nothing until the driver has it rejoin and load the current weights."""
         self.index, self.cfg = index, cfg
-        self.template, self.queue, self.buffer, self.rewards = template, queue, buffer, rewards
+        restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        self.label = f"rollout-{index}" + (" restarted" if restarted else "")
+        self.template, self.buffer, self.rewards = template, buffer, rewards
         engine_cls = resolve(ROLLOUT_ENGINES, cfg.model.backend, "model.backend")
         self.engine = engine_cls(model_path, cfg, num_threads, template.tokenizer)
-        self.stopped = False
+        self.stopped, self.joined = False, False
+        self.scoring: set[asyncio.Task] = set()  # groups being scored and handed to the buffer
+        self.scoring_error: BaseException | None = None
         self.calls = asyncio.Semaphore(cfg.rollout.max_concurrent_calls)
         self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0}
         self.metrics = RayCounters(f"rollout-{index}", {
@@ -72,17 +77,12 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="gen")
     async def run(self) -> dict:
-        """The continuous loop: admit -> pull prompts -> generate -> reward -> buffer, until stopped."""
+        """The continuous loop: lease prompts -> generate -> score and hand to the buffer, until stopped."""
         r = self.cfg.rollout
-        while not self.stopped:
-            granted = await self.buffer.admit.remote(r.groups_per_call)
-            if granted == 0:
+        while not self.stopped and self.scoring_error is None:
+            tasks = await self.buffer.take.remote(self.index, r.groups_per_call)
+            if not tasks:  # the buffer closed
                 break
-            tasks = await self._pull(granted)
-            if len(tasks) < granted:
-                await self.buffer.release.remote(granted - len(tasks))
-            if not tasks:
-                continue
             try:
                 t0 = time.perf_counter()
                 groups = await self.generate_groups(tasks, r.group_size, r.temperature)
@@ -90,23 +90,35 @@ class RolloutWorker:
             except Exception:
                 self.totals["errors"] += 1
                 self.metrics.inc("rollout_errors_total")
-                await self.buffer.release.remote(len(tasks))
+                await self.buffer.requeue.remote(self.index)
                 raise
             for g in groups:
                 reward = self.rewards[self.totals["groups"] % len(self.rewards)]
-                scored = reward.score.remote(g)
-                await self.buffer.put.remote([scored], GroupMeta(g.task.id, g.min_version))
+                job = asyncio.create_task(self._score_and_hand_over(reward, g))
+                self.scoring.add(job)
+                job.add_done_callback(self._scored)
                 self.totals["groups"] += 1
+            if self.scoring_error is not None:
+                raise self.scoring_error
+        await asyncio.gather(*self.scoring)
+        if self.scoring_error is not None:
+            raise self.scoring_error
         return {**self.totals, **self.engine.stats()}
 
-    async def _pull(self, n: int) -> list[Task]:
-        tasks = []
-        for _ in range(n):
-            try:
-                tasks.append(await self.queue.get_async(timeout=self.cfg.rollout.queue_poll_s))
-            except Empty:
-                break
-        return tasks
+    async def _score_and_hand_over(self, reward, group: TrajectoryGroup) -> None:
+        """The scored group goes to the buffer by value (the buffer owns it from then on, so it outlives
+        this worker); a group the reward actors cannot score, even after restarts, is a counted failure."""
+        try:
+            scored = await reward.score.remote(group)
+        except ray.exceptions.RayError:
+            await self.buffer.fail.remote(self.index, group.task.id)
+            return
+        await self.buffer.put.remote(self.index, scored, GroupMeta(group.task.id, group.min_version, self.label))
+
+    def _scored(self, job: asyncio.Task) -> None:
+        self.scoring.discard(job)
+        if not job.cancelled() and job.exception() is not None and self.scoring_error is None:
+            self.scoring_error = job.exception()  # raised by the loop: never a silently lost group
 
     # ---- control ------------------------------------------------------------------------
     @ray.method(concurrency_group="ctrl")
@@ -127,12 +139,19 @@ class RolloutWorker:
         await self.engine.resume()
 
     @ray.method(concurrency_group="ctrl")
+    def health(self) -> dict:
+        """joined: in the current weight-sync group (a restarted worker is not, until it rejoins)."""
+        return {"joined": self.joined, "version": self.engine.version}
+
+    @ray.method(concurrency_group="ctrl")
     def sync_ranks(self) -> int:
         return self.engine.sync_ranks
 
     @ray.method(concurrency_group="ctrl")
     async def init_weight_transfer(self, group_info) -> None:
+        self.joined = False
         await self.engine.init_weight_transfer(group_info)
+        self.joined = True
 
     @ray.method(concurrency_group="ctrl")
     async def begin_weight_update(self) -> None:

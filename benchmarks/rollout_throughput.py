@@ -95,7 +95,7 @@ class OurWorker:
         self.plan.create()
         template = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(model_dir)))
         self.worker = RolloutWorker.options(**self.plan.actor_options("rollout")).remote(
-            0, cfg, str(model_dir), template, None, None, [], 1)
+            0, cfg, str(model_dir), template, None, [], 1)
         self.requests = [GenerationRequest(str(i), p, 1, max_tokens, 0.7, ignore_eos=True) for i, p in enumerate(prompts)]
         ray.get(self.worker.generate.remote(self.requests[:8]))  # warm-up
 

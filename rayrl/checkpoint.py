@@ -12,13 +12,17 @@ from pathlib import Path
 
 import msgspec
 
+from rayrl.types import TrajectoryGroup
+
 MANIFEST = "manifest.json"  # written last: a checkpoint without it is incomplete and never resumed
+BUFFER = "buffer.msgpack"  # the finished, untrained groups, oldest first
 PREFIX = "step-"
 
 
 class RunState(msgspec.Struct):
-    """What the driver needs to continue: the step, the policy version, the prompt stream's position
-    and which fed prompts were not trained yet (regenerated on resume, never lost, never trained twice)."""
+    """What the driver needs to continue: the step, the policy version, the prompt stream's position,
+    which fed prompts were not trained yet (those not among the buffer's finished groups are generated
+    again: never lost, never trained twice), the buffer's ledger and the wandb run."""
 
     step: int
     version: int
@@ -26,6 +30,8 @@ class RunState(msgspec.Struct):
     pending: list[int]  # stream positions fed but not trained
     samples: int  # samples trained so far
     eval_accuracy_before: float
+    ledger: dict[str, int] = {}  # the buffer's group counts (produced, trained, failed, requeued)
+    wandb_id: str = ""
 
 
 class StorageError(RuntimeError):
@@ -56,8 +62,10 @@ def begin(root: Path, step: int) -> Path:
     return tmp
 
 
-def commit(tmp: Path, root: Path, state: RunState, keep: int) -> Path:
-    """State, then the manifest, then the rename: a crash at any point leaves no half checkpoint."""
+def commit(tmp: Path, root: Path, state: RunState, groups: list[TrajectoryGroup], keep: int) -> Path:
+    """Buffer and state, then the manifest, then the rename: a crash at any point leaves no half
+    checkpoint."""
+    (tmp / BUFFER).write_bytes(msgspec.msgpack.encode(groups))
     (tmp / "run_state.json").write_bytes(msgspec.json.encode(state))
     (tmp / MANIFEST).write_text(json.dumps({"step": state.step, "version": state.version}))
     final = checkpoint_path(root, state.step)
@@ -81,6 +89,11 @@ def load_state(path: Path) -> RunState:
     return msgspec.json.decode((path / "run_state.json").read_bytes(), type=RunState)
 
 
+def load_groups(path: Path) -> list[TrajectoryGroup]:
+    file = path / BUFFER
+    return msgspec.msgpack.decode(file.read_bytes(), type=list[TrajectoryGroup]) if file.is_file() else []
+
+
 def find_resume(resume: str, root: Path) -> Path | None:
     """checkpoint.resume -> the checkpoint to continue, or None to start fresh."""
     if resume == "never":
@@ -94,7 +107,7 @@ def find_resume(resume: str, root: Path) -> Path | None:
 
 
 def truncate_metrics(metrics_file: Path, step: int) -> None:
-    """Drop metrics.jsonl records after step (they are redone on resume) and any summary line."""
+    """Drop a JSONL log's records after step (they are redone on resume) and any summary line."""
     if not metrics_file.is_file():
         return
     kept = [line for line in metrics_file.read_text().splitlines()

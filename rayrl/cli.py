@@ -22,6 +22,21 @@ def parse_args(argv: list[str] | None = None, prog: str = "rayrl") -> Config:
         raise SystemExit(2) from None
 
 
+def run(cfg: Config) -> dict:
+    """Train and print the summary; a run that stopped early (SIGTERM, a dead learner rank) exits with
+    its message and code instead of a traceback."""
+    from rayrl.faults import RunStopped
+    from rayrl.trainer import train
+
+    try:
+        summary = train(cfg)
+    except RunStopped as stop:
+        print(f"rayrl: {stop}", file=sys.stderr)
+        raise SystemExit(stop.exit_code) from None
+    print(json.dumps(summary, indent=2))
+    return summary
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("train", "check-config"):
@@ -32,10 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     if command == "check-config":
         print(json.dumps(cfg.model_dump(mode="json"), indent=2))
         return
-    from rayrl.trainer import train
-
-    summary = train(cfg)
-    print(json.dumps(summary, indent=2))
+    run(cfg)
 
 
 if __name__ == "__main__":

@@ -71,12 +71,13 @@ class RolloutConfig(_Section):
     max_staleness: int = Field(1, ge=0)  # η; 0 is synchronous RL
     groups_per_call: int = Field(4, ge=1)  # prompt groups one engine call batches together
     max_concurrent_calls: int = Field(4, ge=1)  # engine calls a rollout worker runs at once
-    queue_poll_s: float = Field(0.5, gt=0)
     prompt_lead_batches: int = Field(2, ge=1)  # prompt batches queued beyond what staleness admits
     eval_temperature: float = Field(0.0, ge=0)  # held-out evaluation; 0 is greedy
     eval_samples_per_task: int = Field(1, ge=1)  # accuracy is the share of correct samples
     request_timeout_s: float = Field(600.0, gt=0)  # past it a request is aborted, returned with its partial tokens
     seed: int = 0  # each request samples from its own stream, seeded by this and its task id (exact resume)
+    max_restarts: int = Field(3, ge=0)  # a dead rollout worker is restarted, rejoins and loads the current weights
+    restart_timeout_s: float = Field(300.0, gt=0)  # a restarted worker (its engine built again) must answer within it
     # vLLM engine (model.backend=vllm)
     tensor_parallel_size: int = Field(1, ge=1)  # GPUs per rollout worker, through vLLM's Ray executor
     max_model_len: int | None = None  # None: the model's max_position_embeddings
@@ -99,6 +100,7 @@ class RewardConfig(_Section):
     num_actors: int = Field(1, ge=1)
     timeout_s: float = Field(5.0, gt=0)
     max_threads: int = Field(4, ge=1)
+    max_restarts: int = Field(3, ge=0)  # a dead reward actor is restarted; the groups it was scoring are retried
 
 
 class LearnerConfig(_Section):

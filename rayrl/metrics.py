@@ -28,13 +28,16 @@ class RayCounters:
 class RunLog:
     """metrics.jsonl in the run directory, plus wandb when enabled."""
 
-    def __init__(self, run_dir: Path, wandb_project: str | None, config: dict, wandb_mode: str) -> None:
+    def __init__(self, run_dir: Path, wandb_project: str | None, config: dict, wandb_mode: str,
+                 run_id: str | None = None) -> None:
+        """run_id: the wandb run to continue (a resumed run keeps its wandb run)."""
         self.file = (run_dir / "metrics.jsonl").open("a")
         self.wandb = None
         if wandb_project:
             import wandb
 
-            self.wandb = wandb.init(project=wandb_project, dir=str(run_dir), config=config, mode=wandb_mode)
+            self.wandb = wandb.init(project=wandb_project, dir=str(run_dir), config=config, mode=wandb_mode,
+                                    id=run_id, resume="allow")
 
     def write(self, record: dict) -> None:
         self.file.write(json.dumps({"time": time.time(), **record}) + "\n")
@@ -71,7 +74,8 @@ def merge_rank_stats(per_rank: list[dict]) -> dict:
     out = dict(per_rank[0])
     samples = sum(r["samples"] for r in per_rank)
     tokens = sum(r["tokens"] for r in per_rank)
-    out.update(samples=samples, tokens=tokens, staleness_max=max(r["staleness_max"] for r in per_rank))
+    out.update(samples=samples, tokens=tokens, staleness_max=max(r["staleness_max"] for r in per_rank),
+               fresh_logprob_max_diff=max(r["fresh_logprob_max_diff"] for r in per_rank))
     for key in ("reward_mean", "accuracy"):
         out[key] = sum(r[key] * r["samples"] for r in per_rank) / max(1, samples)
     out["staleness_mean"] = sum(r["staleness_mean"] * r["tokens"] for r in per_rank) / max(1, tokens)

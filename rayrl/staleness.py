@@ -35,6 +35,12 @@ class StalenessManager:
         """A group that was admitted but produced nothing usable frees its slot."""
         self._finish()
 
+    def on_drop(self) -> None:
+        """An accepted group that will not be trained (it came back past the bound) frees its slot."""
+        if self.accepted <= 0:
+            raise RuntimeError("a group was dropped that was never accepted")
+        self.accepted -= 1
+
     def set_version(self, version: int) -> None:
         if version < self.version:
             raise ValueError(f"policy version went back from {self.version} to {version}")

@@ -6,17 +6,18 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from datetime import datetime
 from pathlib import Path
 
 import ray
-from ray.util.queue import Queue
 
 from rayrl import checkpoint
 from rayrl.actors import LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
 from rayrl.checkpoint import RunState
 from rayrl.config import Config, save_config
 from rayrl.data import PromptStream, PromptTemplate, load_tasks, stream_position
+from rayrl.faults import ActorFailed, RolloutHealer, RunStopped, StopRequest, learner_stopped
 from rayrl.metrics import Progress, RunLog
 from rayrl.models import build_model
 from rayrl.placement import PlacementPlan
@@ -46,8 +47,7 @@ class Trainer:
             n = 2
             while (self.run_dir / "metrics.jsonl").exists():
                 self.run_dir, n = Path(cfg.metrics.run_dir) / f"{name}-{n}", n + 1
-        if cfg.checkpoint.every_steps:
-            checkpoint.check_writable(self._checkpoint_root())  # fail now, not at the first checkpoint
+        checkpoint.check_writable(self._checkpoint_root())  # fail now, not at the first checkpoint (or SIGTERM)
         # role names (rollout-0, buffer, ...) live in a namespace of this run, so runs never collide
         self.namespace = f"rayrl-{self.run_dir.name}"
         self.actors: list = []
@@ -69,17 +69,17 @@ class Trainer:
         self.placement.create()
         from transformers import AutoTokenizer
 
-        template_ref = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(self.model_path)))  # once
-        self.queue = Queue(actor_options={"num_cpus": 0, "name": "prompts", "namespace": self.namespace})
-        version, trained = (state.version, state.step * cfg.rollout.batch_size) if state else (0, 0)
+        # once; kept by the driver, since a restarting rollout worker needs its constructor arguments again
+        self.template_ref = template_ref = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(self.model_path)))
+        version = state.version if state else 0
         self.buffer = TrajectoryBuffer.options(**self._named("buffer", "service")).remote(
-            cfg.rollout.batch_size, cfg.rollout.max_staleness, version, trained)
-        self.rewards = [RewardActor.options(**self._named(f"reward-{i}", "service")).remote(cfg)
+            cfg.rollout.batch_size, cfg.rollout.max_staleness, version, state.ledger if state else None)
+        self.rewards = [RewardActor.options(**self._named(f"reward-{i}", "service"), max_restarts=cfg.reward.max_restarts,
+                                            max_task_retries=cfg.reward.max_restarts).remote(cfg)
                         for i in range(cfg.reward.num_actors)]
         self.rollouts = [
-            RolloutWorker.options(**self._named(f"rollout-{i}", "rollout", i)).remote(
-                i, cfg, self.model_path, template_ref, self.queue, self.buffer, self.rewards,
-                self.placement.threads("rollout"))
+            RolloutWorker.options(**self._named(f"rollout-{i}", "rollout", i), max_restarts=cfg.rollout.max_restarts)
+            .remote(i, cfg, self.model_path, template_ref, self.buffer, self.rewards, self.placement.threads("rollout"))
             for i in range(cfg.rollout.num_workers)
         ]
         self.learners = LearnerGroup(cfg, self.model_path, self.placement, namespace=self.namespace)
@@ -87,15 +87,19 @@ class Trainer:
             cfg, self.learners, self.rollouts, self.buffer, version)
         self.weight_sync = ray.get(self.broadcaster.setup.remote())  # tensors, bytes, buckets: in the summary
         self.actors = [self.buffer, *self.rewards, *self.rollouts, *self.learners.workers, self.broadcaster]
+        self.healer = RolloutHealer(self.rollouts, self.buffer, self.broadcaster, cfg.rollout.restart_timeout_s)
         self.prompts = PromptStream(self.train_tasks, cfg.data.seed)
         self.untrained: set[int] = set()  # stream positions fed and not trained yet
         if state is not None:
             self.learners.load(str(self.resume_from / "learner"))
             ray.get(self.broadcaster.publish.remote(version))  # rollout workers take the checkpoint's weights
-            refed = self.prompts.restore(state.fed, state.pending)  # regenerated, in stream order
+            finished = checkpoint.load_groups(self.resume_from)  # back into the buffer as they were
+            ray.get(self.buffer.restore.remote(finished))
+            done = {stream_position(g.task.id) for g in finished}
+            refed = self.prompts.restore(state.fed, [p for p in state.pending if p not in done])  # in stream order
             self.untrained.update(state.pending)
             if refed:
-                self.queue.put_nowait_batch(refed)
+                ray.get(self.buffer.feed.remote(refed))
 
     def _named(self, name: str, role: str, index: int = 0) -> dict:
         return {"name": name, "namespace": self.namespace, **self.placement.actor_options(role, index)}
@@ -107,7 +111,7 @@ class Trainer:
         if n > 0:
             tasks = self.prompts.take(n)
             self.untrained.update(stream_position(t.id) for t in tasks)
-            self.queue.put_nowait_batch(tasks)
+            ray.get(self.buffer.feed.remote(tasks))
 
     def evaluate(self, tasks: list[Task]) -> float:
         """Held-out accuracy (greedy by default), spread over the rollout workers, scored by reward actors."""
@@ -120,39 +124,100 @@ class Trainer:
         return sum(s.reward >= 1.0 for s in samples) / max(1, len(samples))
 
     def next_batch(self, run_refs: list) -> list[list[ray.ObjectRef]]:
-        """The buffer's next batch (list-wrapped refs); a rollout loop that died meanwhile raises here
-        instead of hanging."""
+        """The buffer's next batch (list-wrapped refs), in stream order; a rollout worker that died
+        meanwhile is restarted and rejoins, one whose loop failed raises here instead of hanging."""
         ref = self.buffer.get_batch.remote(self.cfg.rollout.batch_size)
-        ready, _ = ray.wait([ref, *run_refs], num_returns=1)
-        if ready[0] != ref:
-            ray.get(ready[0])  # raises the rollout worker's error
-            raise RuntimeError("a rollout worker's loop ended while training was still running")
-        items = ray.get(ref)
+        while not ray.wait([ref], timeout=0)[0]:
+            ray.wait([ref, *run_refs], num_returns=1)
+            if dead := self.healer.dead(run_refs):
+                self.healer.heal(run_refs, dead)
+        items = sorted(ray.get(ref), key=lambda item: stream_position(item[1].task_id))
         self.untrained.difference_update(stream_position(meta.task_id) for _, meta in items)
+        metas = [meta for _, meta in items]
+        self.trained_log.write(json.dumps({"step": self.step, "tasks": [m.task_id for m in metas],
+                                           "versions": [m.version for m in metas],
+                                           "workers": [m.worker for m in metas]}) + "\n")
         return [wrapped for wrapped, _meta in items]
 
+    def sync(self, run_refs: list):
+        """Weights to every rollout worker as v+1; a worker that died is restarted and the sync redone."""
+        try:
+            return ray.get(self.broadcaster.sync.remote())
+        except (ActorFailed, TimeoutError) as err:
+            ray.wait(run_refs, num_returns=1, timeout=self.cfg.sync.timeout_s)  # a dead worker's loop ends too
+            dead = self.healer.dead(run_refs)
+            if not dead:
+                raise
+            print(f"rayrl: weight sync failed ({err}); restarting {dead}", flush=True)
+            self.healer.heal(run_refs, dead)
+            return ray.get(self.broadcaster.sync.remote())
+
     def save_checkpoint(self, step: int, samples: int, acc_before: float) -> None:
-        """Learner state into a temporary directory, then the driver's state, the manifest, the rename."""
+        """Learner state into a temporary directory, then the buffer's finished groups and the driver's
+        state, the manifest, the rename."""
         root = self._checkpoint_root()
         tmp = checkpoint.begin(root, step)
         self.learners.save(str(tmp / "learner"))
         version = ray.get(self.broadcaster.current_version.remote())
-        state = RunState(step, version, self.prompts.fed, sorted(self.untrained), samples, acc_before)
-        checkpoint.commit(tmp, root, state, self.cfg.checkpoint.keep)
+        items, ledger = ray.get(self.buffer.snapshot.remote())
+        groups = ray.get([wrapped[0] for wrapped, _ in items])
+        state = RunState(step, version, self.prompts.fed, sorted(self.untrained), samples, acc_before, ledger,
+                         self.wandb_id)
+        self.last_checkpoint = str(checkpoint.commit(tmp, root, state, groups, self.cfg.checkpoint.keep))
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> dict:
         cfg = self.cfg
         t_start = time.perf_counter()
         state = checkpoint.load_state(self.resume_from) if self.resume_from else None
+        self.last_checkpoint = str(self.resume_from) if self.resume_from else None
+        self.stop_request = StopRequest()  # SIGTERM: checkpoint at the end of the step, then stop
         self.setup(state)
         if state is None:
             first, samples, acc_before = 1, 0, self.evaluate(self.eval_tasks)
-        else:  # the steps after the checkpoint are redone: their metrics lines go
+            self.wandb_id = uuid.uuid4().hex[:12]
+        else:  # the steps after the checkpoint are redone: their log lines go
             first, samples, acc_before = state.step + 1, state.samples, state.eval_accuracy_before
-            checkpoint.truncate_metrics(self.run_dir / "metrics.jsonl", state.step)
+            self.wandb_id = state.wandb_id or uuid.uuid4().hex[:12]
+            for name in ("metrics.jsonl", "trained.jsonl"):
+                checkpoint.truncate_metrics(self.run_dir / name, state.step)
         log = RunLog(self.run_dir, cfg.metrics.wandb_project if cfg.metrics.wandb else None,
-                     cfg.model_dump(mode="json"), cfg.metrics.wandb_mode)
+                     cfg.model_dump(mode="json"), cfg.metrics.wandb_mode, self.wandb_id)
+        self.trained_log = (self.run_dir / "trained.jsonl").open("a")  # which tasks each step trained on
+        try:
+            samples, loop_s, timings, run_refs = self.loop(first, samples, acc_before, log)
+        except Exception as err:
+            stopped = learner_stopped(self.learners, self.last_checkpoint, err)
+            if stopped is not None:
+                raise stopped from err
+            raise
+        finally:
+            self.trained_log.close()
+            self.stop_request.uninstall()
+        n_steps = max(1, cfg.learner.total_steps - first + 1)
+        ledger = self.shutdown_rollouts(run_refs)
+        acc_after = self.evaluate(self.eval_tasks)
+        if cfg.checkpoint.save_final:
+            self.learners.save(str(self.run_dir / "final"))
+        summary = {
+            "eval_accuracy_before": acc_before, "eval_accuracy_after": acc_after,
+            "steps": cfg.learner.total_steps, "samples": samples, "wall_s": time.perf_counter() - t_start,
+            "loop_s": loop_s, "step_s_mean": loop_s / n_steps, "resumed_from": str(self.resume_from or ""),
+            **{f"{k}_per_step": v / n_steps for k, v in timings.items()},
+            "generation_s_per_step": self.rollout_totals["gen_s"] / n_steps / max(1, len(self.rollouts)),
+            "groups": ledger, "unused_groups": ledger["unused"], "rollout_restarts": self.healer.restarts,
+            "reward_failures": self.reward_failures(), "aborted_samples": self.rollout_totals["aborted"],
+            "max_staleness": cfg.rollout.max_staleness, "weight_sync": self.weight_sync,
+            "run_dir": str(self.run_dir), "model_path": self.model_path,
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        log.write({"summary": summary})
+        log.close()
+        return summary
+
+    def loop(self, first: int, samples: int, acc_before: float, log: RunLog) -> tuple:
+        """Steps first..total_steps: batch -> train -> sync -> feed -> log -> checkpoint."""
+        cfg = self.cfg
         progress = Progress(cfg.learner.total_steps, cfg.metrics.progress)
         B, lead = cfg.rollout.batch_size, cfg.rollout.max_staleness + cfg.rollout.prompt_lead_batches
         self.feed((lead + first - 1) * B)
@@ -160,12 +225,13 @@ class Trainer:
         t_loop, timings = time.perf_counter(), {"wait_s": 0.0, "train_s": 0.0, "sync_s": 0.0}
         loop_samples = 0
         for step in range(first, cfg.learner.total_steps + 1):
+            self.step = step
             t0 = time.perf_counter()
             refs = self.next_batch(run_refs)
             t1 = time.perf_counter()
             stats = self.learners.train(refs)
             t2 = time.perf_counter()
-            synced = ray.get(self.broadcaster.sync.remote())  # rollout workers and buffer move to v+1
+            synced = self.sync(run_refs)  # rollout workers and buffer move to v+1
             t3 = time.perf_counter()
             self.feed((lead + step) * B)
             samples += stats["samples"]
@@ -177,37 +243,28 @@ class Trainer:
                    "step_s": t3 - t0, "samples_per_s": loop_samples / (t3 - t_loop)}
             log.write(rec)
             progress.update(rec)
-            if cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0:
+            every = cfg.checkpoint.every_steps
+            if (every and step % every == 0) or self.stop_request:
                 self.save_checkpoint(step, samples, acc_before)
-        loop_s, n_steps = time.perf_counter() - t_loop, max(1, cfg.learner.total_steps - first + 1)
+            if self.stop_request and step < cfg.learner.total_steps:
+                progress.close()
+                log.close()
+                raise RunStopped(f"stopped by signal {self.stop_request.signal} after step {step}; checkpoint "
+                                 f"{self.last_checkpoint}; run the same command again (checkpoint.resume=auto) "
+                                 "to continue", exit_code=128 + self.stop_request.signal)
         progress.close()
-        unused = self.shutdown_rollouts(run_refs)
-        acc_after = self.evaluate(self.eval_tasks)
-        if cfg.checkpoint.save_final:
-            self.learners.save(str(self.run_dir / "final"))
-        summary = {
-            "eval_accuracy_before": acc_before, "eval_accuracy_after": acc_after,
-            "steps": cfg.learner.total_steps, "samples": samples, "wall_s": time.perf_counter() - t_start,
-            "loop_s": loop_s, "step_s_mean": loop_s / n_steps, "resumed_from": str(self.resume_from or ""),
-            **{f"{k}_per_step": v / n_steps for k, v in timings.items()},
-            "generation_s_per_step": self.rollout_totals["gen_s"] / n_steps / max(1, len(self.rollouts)),
-            "unused_groups": unused, "reward_failures": self.reward_failures(),
-            "aborted_samples": self.rollout_totals["aborted"],
-            "max_staleness": cfg.rollout.max_staleness, "weight_sync": self.weight_sync,
-            "run_dir": str(self.run_dir), "model_path": self.model_path,
-        }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        log.write({"summary": summary})
-        log.close()
-        return summary
+        return samples, time.perf_counter() - t_loop, timings, run_refs
 
-    def shutdown_rollouts(self, run_refs: list) -> int:
-        """Stop the loops, wake anything waiting on the buffer; returns finished-but-unused groups."""
+    def shutdown_rollouts(self, run_refs: list) -> dict:
+        """Stop the loops, wake anything waiting on the buffer; returns the buffer's ledger, in which
+        produced = trained + unused + failed + dropped_stale (those groups' prompts were generated again)."""
         ray.get([w.stop.remote() for w in self.rollouts])
-        unused = ray.get(self.buffer.close.remote())
-        totals = ray.get(run_refs)
+        ray.get(self.buffer.close.remote())
+        totals = ray.get(run_refs)  # each loop waits for its groups still being scored
         self.rollout_totals = {k: sum(t[k] for t in totals) for k in totals[0]}
-        return unused
+        stats = ray.get(self.buffer.stats.remote())
+        keys = ("produced", "trained", "failed", "dropped_stale", "requeued")
+        return {k: stats[k] for k in keys} | {"unused": stats["waiting"]}
 
     def reward_failures(self) -> dict[str, int]:
         counts = ray.get([r.stats.remote() for r in self.rewards])
@@ -215,11 +272,9 @@ class Trainer:
 
     def close(self) -> None:
         if getattr(self, "rollouts", None):  # vLLM engines run processes of their own; stop them first
-            ray.wait([w.shutdown.remote() for w in self.rollouts], num_returns=len(self.rollouts), timeout=60)
+            ray.wait([w.shutdown.remote() for w in self.rollouts], num_returns=len(self.rollouts), timeout=20)
         for a in self.actors:
             ray.kill(a)
-        if getattr(self, "queue", None) is not None:
-            self.queue.shutdown()
         if getattr(self, "placement", None) is not None:
             self.placement.remove()
         if getattr(self, "started_ray", False):

@@ -4,11 +4,7 @@
     ray job submit --working-dir . -- python recipes/gsm8k_grpo.py --config recipes/gsm8k_grpo.yaml
 """
 
-import json
-
-from rayrl.cli import parse_args
-from rayrl.trainer import train
+from rayrl.cli import parse_args, run
 
 if __name__ == "__main__":
-    summary = train(parse_args(prog="gsm8k_grpo"))
-    print(json.dumps(summary, indent=2))
+    run(parse_args(prog="gsm8k_grpo"))

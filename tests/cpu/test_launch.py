@@ -21,7 +21,7 @@ import pytest
 from rayrl.placement import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = {"rollout-0", "reward-0", "learner-0", "buffer", "broadcaster", "prompts"}
+ROLES = {"rollout-0", "reward-0", "learner-0", "buffer", "broadcaster"}
 
 
 @pytest.fixture(scope="module")

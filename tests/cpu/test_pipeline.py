@@ -7,7 +7,7 @@ import ray
 
 from rayrl.trainer import Trainer
 from rayrl.actors import TrajectoryBuffer
-from rayrl.types import GroupMeta, Task
+from rayrl.types import GroupMeta, Task, TrajectoryGroup
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def trainer(ray_cluster, make_cfg):
 
 
 def test_actors_have_role_names(trainer):
-    for name in ("rollout-0", "reward-0", "learner-0", "buffer", "broadcaster", "prompts"):
+    for name in ("rollout-0", "reward-0", "learner-0", "buffer", "broadcaster"):
         assert ray.get_actor(name, namespace=trainer.namespace) is not None
 
 
@@ -60,17 +60,24 @@ def test_reward_errors_are_counted_zeros(trainer):
     assert ray.get(trainer.rewards[0].stats.remote())["error"] >= before + 1
 
 
-def test_buffer_refuses_to_hand_out_a_group_past_the_staleness_bound(ray_cluster):
-    """The bound admission control keeps is also checked on the way out: a group from version 0 handed
-    out at version 2 under max_staleness=1 is an error, not a silent off-policy batch."""
+def test_buffer_drops_a_group_that_came_back_past_the_staleness_bound(ray_cluster):
+    """Admission keeps the bound for groups that finish in order; one that comes back late (a slow
+    reward, a restarted actor) is not trained off-policy: it is counted and its prompt generated again."""
     buffer = TrajectoryBuffer.remote(batch_size=1, max_staleness=1)
-    assert ray.get(buffer.admit.remote(2)) == 2
-    ray.get(buffer.put.remote([ray.put("fresh")], GroupMeta("fresh", 0)))
-    ray.get(buffer.put.remote([ray.put("old")], GroupMeta("old", 0)))
+    group = {i: TrajectoryGroup(Task(i, "", ""), []) for i in ("fresh", "old", "late")}
+    ray.get(buffer.feed.remote([g.task for g in group.values()]))
+    assert [t.id for t in ray.get(buffer.take.remote(0, 3))] == ["fresh", "old"]  # (1 + 0 + 1) * 1 admitted
+    ray.get(buffer.put.remote(0, group["fresh"], GroupMeta("fresh", 0)))
+    ray.get(buffer.put.remote(0, group["old"], GroupMeta("old", 0)))
     ray.get(buffer.set_version.remote(1))
     (wrapped, meta), = ray.get(buffer.get_batch.remote(1))
-    assert meta.task_id == "fresh" and ray.get(wrapped[0]) == "fresh"
+    assert meta.task_id == "fresh" and ray.get(wrapped[0]) == group["fresh"]
     ray.get(buffer.set_version.remote(2))
-    with pytest.raises(ray.exceptions.RayTaskError, match="exceed max_staleness=1"):
-        ray.get(buffer.get_batch.remote(1))
+    pending = buffer.get_batch.remote(1)  # "old" is 2 versions behind: dropped, its prompt queued first
+    assert [t.id for t in ray.get(buffer.take.remote(0, 3))] == ["old", "late"]
+    ray.get(buffer.put.remote(0, group["old"], GroupMeta("old", 2)))
+    (wrapped, meta), = ray.get(pending)
+    assert (meta.task_id, meta.version) == ("old", 2)
+    stats = ray.get(buffer.stats.remote())
+    assert (stats["produced"], stats["trained"], stats["dropped_stale"], stats["leased"]) == (3, 2, 1, 1)
     ray.kill(buffer)

@@ -102,6 +102,6 @@ def test_engine_that_cannot_start_names_the_knob(trainer):
 
     cfg = trainer.cfg.model_copy(update={"rollout": trainer.cfg.rollout.model_copy(update={"cpu_kv_cache_gb": 4096.0})})
     template = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(trainer.model_path)))
-    worker = RolloutWorker.options(num_cpus=0.5).remote(0, cfg, trainer.model_path, template, None, None, [], 1)
+    worker = RolloutWorker.options(num_cpus=0.5).remote(0, cfg, trainer.model_path, template, None, [], 1)
     with pytest.raises(ray.exceptions.RayActorError, match="rollout.cpu_kv_cache_gb"):
         ray.get(worker.stats.remote(), timeout=300)

@@ -8,22 +8,29 @@ from rayrl import checkpoint
 from rayrl.checkpoint import RunState, StorageError
 from rayrl.config import load_config
 from rayrl.trainer import Trainer
+from rayrl.types import Sample, Task, TrajectoryGroup
 
 
 def _state(step: int) -> RunState:
     return RunState(step=step, version=step, fed=8 * step + 16, pending=[8 * step, 8 * step + 1], samples=32 * step,
-                    eval_accuracy_before=0.2)
+                    eval_accuracy_before=0.2, ledger={"produced": 4 * step + 1, "trained": 4 * step}, wandb_id="abc")
+
+
+def _group(step: int) -> TrajectoryGroup:
+    sample = Sample(f"t@{8 * step}", [1, 2], [3], [-0.5], [step], "stop", reward=1.0, reward_status="ok")
+    return TrajectoryGroup(Task(f"t@{8 * step}", "1+1=", "2"), [sample])
 
 
 def test_commit_keeps_the_newest_and_resume_finds_only_complete_ones(tmp_path):
     for step in (3, 6, 9):
         tmp = checkpoint.begin(tmp_path, step)
         (tmp / "learner").mkdir()
-        checkpoint.commit(tmp, tmp_path, _state(step), keep=2)
+        checkpoint.commit(tmp, tmp_path, _state(step), [_group(step)], keep=2)
     assert [p.name for p in checkpoint.complete(tmp_path)] == ["step-00000006", "step-00000009"]
     checkpoint.begin(tmp_path, 12)  # a crash mid-write: a temporary directory without a manifest
     newest = checkpoint.find_resume("auto", tmp_path)
     assert newest.name == "step-00000009" and checkpoint.load_state(newest) == _state(9)
+    assert checkpoint.load_groups(newest) == [_group(9)]  # the buffer's finished groups, as they were
     assert checkpoint.find_resume("never", tmp_path) is None
     assert checkpoint.find_resume("auto", tmp_path / "nothing-here") is None
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):

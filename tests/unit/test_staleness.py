@@ -42,9 +42,10 @@ def test_rank_stats_merge_counts_and_weights():
     from rayrl.metrics import merge_rank_stats
 
     a = {"samples": 4, "tokens": 10, "reward_mean": 1.0, "accuracy": 1.0, "staleness_mean": 1.0,
-         "staleness_max": 1.0, "loss": 0.5}
+         "staleness_max": 1.0, "loss": 0.5, "fresh_logprob_max_diff": 3e-6}
     b = {"samples": 12, "tokens": 30, "reward_mean": 0.0, "accuracy": 0.0, "staleness_mean": 0.0,
-         "staleness_max": 2.0, "loss": 0.5}
+         "staleness_max": 2.0, "loss": 0.5, "fresh_logprob_max_diff": 1e-6}
     m = merge_rank_stats([a, b])
+    assert m["fresh_logprob_max_diff"] == 3e-6
     assert (m["samples"], m["tokens"], m["staleness_max"], m["loss"]) == (16, 40, 2.0, 0.5)
     assert m["reward_mean"] == 0.25 and m["accuracy"] == 0.25 and m["staleness_mean"] == 0.25

@@ -96,10 +96,15 @@ class Learner:
         batch.advantages = group_advantages(batch.rewards, batch.group_index, alg.std_normalize, alg.eps)
         mbs = microbatches(batch, cfg.learner.max_tokens_per_micro_batch, packs_sequences(cfg))
         mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
+        fresh_diff = 0.0  # tokens sampled by this very version: the rollout engine's and our log-probs
         with torch.no_grad():
             for mb in mbs:
                 mb.prox_logprobs = self._logprobs(mb).cpu() if alg.off_policy_correction else mb.behav_logprobs
                 mb.ref_logprobs = self._logprobs(mb, reference=True).cpu() if alg.beta > 0 else None
+                fresh = (mb.loss_mask > 0) & (mb.versions == self.version)
+                if fresh.any():
+                    gap = (mb.prox_logprobs - mb.behav_logprobs).abs()[fresh].max().item()
+                    fresh_diff = max(fresh_diff, gap)
         losses, norms, extra = [], [], {}
         for chunk in _chunks(mbs, min(cfg.learner.minibatches, len(mbs))):
             tokens = dp.sum(float(sum(mb.loss_mask.sum() for mb in chunk)))
@@ -115,7 +120,7 @@ class Learner:
             losses.append(dp.sum(total))
         self.version += 1
         return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
-                "micro_batches": len(mbs), **extra}
+                "micro_batches": len(mbs), "fresh_logprob_max_diff": fresh_diff, **extra}
 
     # ---- weights and checkpoints ------------------------------------------------------------
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -25,6 +25,7 @@ class MicroBatch(msgspec.Struct):
     advantages: torch.Tensor  # [R, L]: each token carries its sequence's advantage
     cu_seqlens: torch.Tensor | None = None  # packed: int32 [n_seqs + 1] offsets of the sequences in the row
     max_seqlen: int = 0  # packed: the longest sequence in the row
+    versions: torch.Tensor | None = None  # [R, L]: the policy version that sampled each target token
 
     def attention_kwargs(self, device) -> dict:
         """transformers' flash-attention kwargs of a packed row; none for padded rows."""
@@ -65,7 +66,8 @@ def plan_microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
 def _per_token(batch: Batch) -> dict[str, torch.Tensor | None]:
     adv = batch.advantages.unsqueeze(1).expand_as(batch.loss_mask)
     return {"loss_mask": batch.loss_mask, "behav_logprobs": batch.behav_logprobs,
-            "prox_logprobs": batch.prox_logprobs, "ref_logprobs": batch.ref_logprobs, "advantages": adv}
+            "prox_logprobs": batch.prox_logprobs, "ref_logprobs": batch.ref_logprobs, "advantages": adv,
+            "versions": batch.versions}
 
 
 def packed(batch: Batch, rows: list[int]) -> MicroBatch:
@@ -101,4 +103,4 @@ def empty_like(mb: MicroBatch) -> MicroBatch:
                       None if mb.attention_mask is None else mb.attention_mask[:, :1],
                       one(mb.loss_mask), one(mb.behav_logprobs), one(mb.prox_logprobs), one(mb.ref_logprobs),
                       one(mb.advantages), torch.tensor([0, 1], dtype=torch.int32) if packed_row else None,
-                      int(packed_row))
+                      int(packed_row), one(mb.versions))
