@@ -12,7 +12,7 @@ from pathlib import Path
 
 import ray
 
-from rayrl import checkpoint
+from rayrl import checkpoint, reaper
 from rayrl.actors import LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
 from rayrl.checkpoint import RunState
 from rayrl.config import Config, save_config
@@ -31,6 +31,7 @@ def start_ray(cfg: Config, num_cpus: int) -> bool:
     if cfg.scheduler.type == "local":
         ray.init(address="local", num_cpus=max(num_cpus, os.cpu_count() or 1),
                  include_dashboard=cfg.scheduler.include_dashboard, dashboard_host=cfg.scheduler.dashboard_host)
+        reaper.start(os.getpid())  # the private cluster goes with the driver, even when it is killed
     else:
         ray.init(address=cfg.scheduler.address)
     return True
@@ -137,6 +138,7 @@ class Trainer:
         self.trained_log.write(json.dumps({"step": self.step, "tasks": [m.task_id for m in metas],
                                            "versions": [m.version for m in metas],
                                            "workers": [m.worker for m in metas]}) + "\n")
+        self.trained_log.flush()  # on disk before the step's checkpoint can be
         return [wrapped for wrapped, _meta in items]
 
     def sync(self, run_refs: list):
@@ -144,6 +146,8 @@ class Trainer:
         try:
             return ray.get(self.broadcaster.sync.remote())
         except (ActorFailed, TimeoutError) as err:
+            if getattr(getattr(err, "cause", err), "name", "").startswith("learner"):
+                raise  # not survivable: run() names the dead rank and the checkpoint
             ray.wait(run_refs, num_returns=1, timeout=self.cfg.sync.timeout_s)  # a dead worker's loop ends too
             dead = self.healer.dead(run_refs)
             if not dead:
@@ -171,8 +175,9 @@ class Trainer:
         t_start = time.perf_counter()
         state = checkpoint.load_state(self.resume_from) if self.resume_from else None
         self.last_checkpoint = str(self.resume_from) if self.resume_from else None
-        self.stop_request = StopRequest()  # SIGTERM: checkpoint at the end of the step, then stop
         self.setup(state)
+        self.stop_request = StopRequest()  # SIGTERM: checkpoint at the end of the step, then stop (after ray.init,
+        # which installs a handler of its own that ends the process at once)
         if state is None:
             first, samples, acc_before = 1, 0, self.evaluate(self.eval_tasks)
             self.wandb_id = uuid.uuid4().hex[:12]

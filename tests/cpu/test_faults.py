@@ -72,3 +72,18 @@ def test_killed_rollout_worker_and_reward_actor_come_back(ray_cluster, make_cfg)
     assert first[1] >= killed_at, f"the restarted worker's first group (step {first[0]}) is from version {first[1]}"
     diffs = [r["fresh_logprob_max_diff"] for r in _lines(run.dir / "metrics.jsonl") if "step" in r]
     assert len(diffs) == 10 and max(diffs) <= 1e-5, diffs
+
+
+def test_killed_learner_stops_the_run_naming_the_checkpoint_and_resume_finishes_it(ray_cluster, make_cfg):
+    cfg = make_cfg("metrics.run_name=learner-death", "learner.total_steps=6", "rollout.max_staleness=1",
+                   "checkpoint.every_steps=2")
+    run = Run(cfg)
+    run.kill_at(3, "learner-0")
+    run.join(60)
+    assert not run.is_alive(), "the run did not stop within 60 s of its learner's death"
+    assert isinstance(run.error, RunStopped), repr(run.error)
+    assert "learner rank 0 died" in str(run.error) and "step-00000002" in str(run.error), str(run.error)
+    summary = Run(cfg).finish()  # checkpoint.resume=auto (the default)
+    assert summary["resumed_from"].endswith("step-00000002") and summary["steps"] == 6
+    ids = [t for rec in _lines(run.dir / "trained.jsonl") for t in rec["tasks"]]
+    assert len(ids) == len(set(ids)) == 6 * 8

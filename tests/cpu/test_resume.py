@@ -64,3 +64,49 @@ def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, model_cach
                            "checkpoint.save_final=false"), cwd=ROOT, env=_env(), check=True, timeout=600,
                    capture_output=True)
     assert len(_steps(runs / "straight")) == 6 and len(_steps(runs / "straight-2")) == 1
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, what: str, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, f"the driver exited (rc {proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s}s"
+        time.sleep(0.02)
+
+
+def test_async_run_survives_sigterm_and_sigkill_without_losing_or_repeating_a_prompt(tmp_path, model_cache):
+    """η = 2: SIGTERM (checkpoint at the end of the step, exit 143), resume, SIGKILL of the driver alone
+    mid-step (its private cluster goes within 30 s), resume to the end. Every prompt is trained at most
+    once, every step logged once, and the buffer's ledger balances across both crashes."""
+    import psutil
+
+    runs = tmp_path / "runs"
+    cmd = _driver(model_cache, runs, "async", "learner.total_steps=8", "rollout.max_staleness=2",
+                  "checkpoint.every_steps=2", "checkpoint.save_final=false")
+    run, ckpts = runs / "async", runs / "async" / "checkpoints"
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for(ckpts / "step-00000002" / "manifest.json", proc, "the step-2 checkpoint")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    stopped_at = int(json.loads((sorted(ckpts.glob("step-*"))[-1] / "manifest.json").read_text())["step"])
+    assert stopped_at == len(_steps(run)) and "continue" in err, err[-2000:]  # checkpointed the step it was in
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(ckpts / "step-00000006" / "manifest.json", proc, "the step-6 checkpoint")
+    cluster = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()  # the driver alone, mid-step 7
+    proc.wait()
+    gone, alive = psutil.wait_procs(cluster, timeout=30)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], f"still running 30 s after: {alive}"
+
+    subprocess.run(cmd, cwd=ROOT, env=_env(), check=True, timeout=600, capture_output=True)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["resumed_from"].endswith("step-00000006") and summary["steps"] == 8
+    assert [s["step"] for s in _steps(run)] == list(range(1, 9))
+    trained = [json.loads(x) for x in (run / "trained.jsonl").read_text().splitlines()]
+    ids = [t for rec in trained for t in rec["tasks"]]
+    assert [r["step"] for r in trained] == list(range(1, 9)) and len(ids) == len(set(ids)) == 64
+    g = summary["groups"]
+    assert g["trained"] == 64 and g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"], g
