@@ -57,6 +57,11 @@ class PlacementPlan:
             self.gpus = {"rollout": gpu / 2, "learner": gpu / 2, "service": 0.0}
         self.slots["service"] = [len(self.bundles)]
         self.bundles = [dict(b) for b in self.bundles] + [{"CPU": p.service_cpus}]
+        self.labels: list[dict[str, str]] = [{} for _ in self.bundles]
+        for role, labels in (("rollout", p.rollout_node_labels), ("learner", p.learner_node_labels)):
+            for first in self.slots[role]:
+                for b in range(first, first + (self.tp if role == "rollout" else 1)):
+                    self.labels[b] = self.labels[b] | labels  # colocated bundles need both roles' labels
         self.group = None
 
     @property
@@ -65,7 +70,9 @@ class PlacementPlan:
 
     def create(self) -> None:
         timeout_s = self.cfg.placement.ready_timeout_s
-        self.group = placement_group(self.bundles, strategy=self.cfg.placement.strategy, name=self.name)
+        selector = self.labels if any(self.labels) else None
+        self.group = placement_group(self.bundles, strategy=self.cfg.placement.strategy, name=self.name,
+                                     bundle_label_selector=selector)
         ready, _ = ray.wait([self.group.ready()], timeout=timeout_s)
         if not ready:
             remove_placement_group(self.group)
@@ -79,6 +86,11 @@ class PlacementPlan:
         nodes = placement_group_table(self.group).get("bundles_to_node_id", {})
         for role in ("rollout", "learner"):
             self.slots[role] = sorted(self.slots[role], key=lambda b: (nodes.get(b, ""), b))
+
+    def nodes(self) -> dict[str, list[str]]:
+        """Each role's node ids, one per actor (the run summary shows where everything ran)."""
+        where = placement_group_table(self.group).get("bundles_to_node_id", {})
+        return {role: [where.get(b, "") for b in slots] for role, slots in self.slots.items()}
 
     def actor_options(self, role: str, index: int = 0) -> dict:
         slots = self.slots[role]

@@ -161,6 +161,10 @@ class PlacementConfig(_Section):
     strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     service_cpus: float = Field(0.5, gt=0)  # one bundle shared by the reward actors, buffer, broadcaster
     ready_timeout_s: float = Field(60.0, gt=0)  # the placement group must be placed within it, or the run stops
+    # node labels the role's bundles must land on (Ray's bundle_label_selector), e.g. {"rayrl-role": "learner"}
+    # with nodes started as `ray start --labels='{"rayrl-role": "learner"}'`; empty: any node
+    rollout_node_labels: dict[str, str] = {}
+    learner_node_labels: dict[str, str] = {}
 
 
 class DataConfig(_Section):

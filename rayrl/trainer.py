@@ -21,6 +21,7 @@ from rayrl.faults import ActorFailed, RolloutHealer, RunStopped, StopRequest, le
 from rayrl.metrics import Progress, RunLog
 from rayrl.models import build_model
 from rayrl.placement import PlacementPlan
+from rayrl.placement.storage import check_shared
 from rayrl.types import Task
 
 
@@ -67,6 +68,7 @@ class Trainer:
         self.placement = PlacementPlan(cfg, name=f"rayrl-{self.run_dir.name}")
         self.started_ray = start_ray(cfg, self.placement.total_cpus)
         self.model_path = str(build_model(cfg))
+        check_shared(self._checkpoint_root())  # with several nodes: one directory that every node sees
         self.placement.create()
         from transformers import AutoTokenizer
 
@@ -212,7 +214,7 @@ class Trainer:
             "generation_s_per_step": self.rollout_totals["gen_s"] / n_steps / max(1, len(self.rollouts)),
             "groups": ledger, "unused_groups": ledger["unused"], "rollout_restarts": self.healer.restarts,
             "reward_failures": self.reward_failures(), "aborted_samples": self.rollout_totals["aborted"],
-            "max_staleness": cfg.rollout.max_staleness, "weight_sync": self.weight_sync,
+            "max_staleness": cfg.rollout.max_staleness, "weight_sync": self.weight_sync, "nodes": self.placement.nodes(),
             "run_dir": str(self.run_dir), "model_path": self.model_path,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -66,3 +66,15 @@ def test_prompt_stream_positions_repeat_after_a_restore():
     refed = again.restore(len(first), [2, len(first) - 1])
     assert refed == [first[2], first[-1]] and again.fed == len(first)
     assert again.take(1)[0].id.endswith(f"@{len(first)}")
+
+
+def test_the_shared_storage_check_names_the_node_and_the_path():
+    from rayrl.placement.storage import unshared_error
+
+    nodes = {"a": "10.0.0.1", "b": "10.0.0.2"}
+    assert unshared_error("/ckpt", nodes, {"a": "", "b": ""}, {"a": ["a", "b"], "b": ["b", "a"]}) is None
+    local = unshared_error("/ckpt", nodes, {"a": "", "b": ""}, {"a": ["a"], "b": ["b"]})
+    assert local.startswith("checkpoint directory '/ckpt' is not shared: node 10.0.0.1 does not see the markers "
+                            "written by node(s) 10.0.0.2")
+    readonly = unshared_error("/ckpt", nodes, {"a": "", "b": "cannot write there (Read-only file system)"}, {})
+    assert readonly.startswith("checkpoint directory '/ckpt' on node 10.0.0.2: cannot write there (Read-only")
