@@ -9,6 +9,7 @@ from collections import deque
 
 import ray
 
+from rayrl.metrics import RayMetrics
 from rayrl.staleness import StalenessManager
 from rayrl.types import GroupMeta, Task, TrajectoryGroup
 
@@ -25,12 +26,27 @@ class TrajectoryBuffer:
         self.items: deque[tuple[ray.ObjectRef, GroupMeta, Task]] = deque()  # finished, scored groups
         self.changed = asyncio.Condition()
         self.closed = False
+        self.metrics = RayMetrics("buffer", "buffer", {}, {
+            "buffer_groups_waiting": "finished groups not trained yet", "buffer_prompts_queued": "prompts not leased yet",
+            "buffer_prompts_leased": "prompts being generated", "buffer_version": "policy version admission counts from",
+            **{f"buffer_{k}": f"groups {k} so far" for k in self.ledger}})
+
+    def _publish(self) -> None:
+        """Gauges for the dashboard after every change, and wake every waiter."""
+        m = self.metrics
+        m.set("buffer_groups_waiting", len(self.items))
+        m.set("buffer_prompts_queued", len(self.prompts))
+        m.set("buffer_prompts_leased", sum(len(v) for v in self.leases.values()))
+        m.set("buffer_version", self.manager.version)
+        for k, v in self.ledger.items():
+            m.set(f"buffer_{k}", v)
+        self.changed.notify_all()
 
     # ---- prompts in, leases out ------------------------------------------------------------
     async def feed(self, tasks: list[Task]) -> None:
         async with self.changed:
             self.prompts.extend(tasks)
-            self.changed.notify_all()
+            self._publish()
 
     async def take(self, worker: int, n: int) -> list[Task]:
         """Wait until a group may start and a prompt is queued; lease up to n prompts to the worker.
@@ -56,7 +72,7 @@ class TrajectoryBuffer:
             self.prompts.appendleft(t)
             self.manager.on_reject()
         self.ledger["requeued"] += len(tasks)
-        self.changed.notify_all()
+        self._publish()
 
     # ---- scored groups in, batches out -------------------------------------------------------
     async def put(self, worker: int, group: TrajectoryGroup, meta: GroupMeta) -> None:
@@ -68,7 +84,7 @@ class TrajectoryBuffer:
             self.manager.on_accept()
             self.items.append((ref, meta, group.task))
             self.ledger["produced"] += 1
-            self.changed.notify_all()
+            self._publish()
 
     async def fail(self, worker: int, task_id: str) -> None:
         """A group came back but could not be scored: counted, and its prompt is generated again."""
@@ -95,6 +111,7 @@ class TrajectoryBuffer:
             out, rest = ordered[:n], ordered[n:]
             self.items = deque(rest)
             self.ledger["trained"] += n
+            self._publish()
             return [([ref], meta) for ref, meta, _ in out]
 
     def _drop_stale(self) -> None:
@@ -107,12 +124,12 @@ class TrajectoryBuffer:
             m.on_drop()
             self.prompts.appendleft(task)
             self.ledger["dropped_stale"] += 1
-        self.changed.notify_all()
+        self._publish()
 
     async def set_version(self, version: int) -> None:
         async with self.changed:
             self.manager.set_version(version)
-            self.changed.notify_all()
+            self._publish()
 
     # ---- checkpoint and end ------------------------------------------------------------------
     async def snapshot(self) -> tuple[list[tuple[list[ray.ObjectRef], GroupMeta]], dict]:
@@ -126,13 +143,13 @@ class TrajectoryBuffer:
             for g in groups:
                 self.manager.accepted += 1
                 self.items.append((ray.put(g), GroupMeta(g.task.id, g.min_version, "checkpoint"), g.task))
-            self.changed.notify_all()
+            self._publish()
 
     async def close(self) -> int:
         """Stop admitting and wake every waiter; returns how many finished groups were never used."""
         async with self.changed:
             self.closed = True
-            self.changed.notify_all()
+            self._publish()
             return len(self.items)
 
     async def stats(self) -> dict:

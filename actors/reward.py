@@ -5,7 +5,7 @@ from __future__ import annotations
 import ray
 
 from rayrl.config import Config
-from rayrl.metrics import RayCounters
+from rayrl.metrics import RayMetrics
 from rayrl.rewards.registry import load_reward_fn
 from rayrl.rewards.scoring import GroupScorer
 from rayrl.types import TrajectoryGroup
@@ -13,10 +13,10 @@ from rayrl.types import TrajectoryGroup
 
 @ray.remote(num_cpus=0)
 class RewardActor:
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, index: int = 0) -> None:
         r = cfg.reward
         self.scorer = GroupScorer(load_reward_fn(r.fn), r.timeout_s, r.max_threads)
-        self.metrics = RayCounters("reward", {
+        self.metrics = RayMetrics("reward", f"reward-{index}", {
             "reward_ok_total": "samples scored", "reward_error_total": "reward function raised",
             "reward_timeout_total": "reward function timed out"})
 

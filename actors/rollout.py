@@ -13,7 +13,7 @@ import ray
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.registry import ROLLOUT_ENGINES, resolve
-from rayrl.metrics import RayCounters
+from rayrl.metrics import RayMetrics
 from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
 
 
@@ -40,10 +40,14 @@ class RolloutWorker:
         self.scoring_error: BaseException | None = None
         self.calls = asyncio.Semaphore(cfg.rollout.max_concurrent_calls)
         self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0}
-        self.metrics = RayCounters(f"rollout-{index}", {
+        self.metrics = RayMetrics("rollout", f"rollout-{index}", {
             "rollout_samples_total": "samples generated", "rollout_tokens_total": "completion tokens",
             "rollout_errors_total": "failed generation calls",
-            "rollout_aborted_total": "samples cut short (request timeout), returned with partial tokens"})
+            "rollout_aborted_total": "samples cut short (request timeout), returned with partial tokens",
+            "rollout_starts_total": "times this worker started (more than 1: it was restarted)"},
+            {"rollout_requests_in_flight": "prompts being generated now", "rollout_version": "policy version held"})
+        self.metrics.inc("rollout_starts_total")
+        self.in_flight = 0
 
     # ---- generation ---------------------------------------------------------------------
     @ray.method(concurrency_group="gen")
@@ -53,6 +57,10 @@ class RolloutWorker:
             samples = await self.engine.generate(requests)
         self._count(samples)
         return samples
+
+    def _in_flight(self, change: int) -> None:
+        self.in_flight += change
+        self.metrics.set("rollout_requests_in_flight", self.in_flight)
 
     def _count(self, samples: list[Sample]) -> None:
         n_tokens = sum(len(s.completion_ids) for s in samples)
@@ -68,7 +76,11 @@ class RolloutWorker:
         requests = [GenerationRequest(t.id, self.template.encode(t), n, self.cfg.rollout.max_new_tokens,
                                       temperature, seed=request_seed(self.cfg.rollout.seed, t.id)) for t in tasks]
         async with self.calls:
-            samples = await self.engine.generate(requests)
+            self._in_flight(len(requests))
+            try:
+                samples = await self.engine.generate(requests)
+            finally:
+                self._in_flight(-len(requests))
         by_id: dict[str, list] = {t.id: [] for t in tasks}
         for s in samples:
             by_id[s.request_id].append(s)
@@ -164,6 +176,7 @@ class RolloutWorker:
     @ray.method(concurrency_group="ctrl")
     async def end_weight_update(self, version: int) -> None:
         await self.engine.end_weight_update(version)
+        self.metrics.set("rollout_version", version)
 
     @ray.method(concurrency_group="ctrl")
     def shutdown(self) -> None:

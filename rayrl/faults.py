@@ -84,6 +84,7 @@ class RolloutHealer:
         self.rollouts, self.buffer, self.broadcaster = rollouts, buffer, broadcaster
         self.restart_timeout_s = restart_timeout_s
         self.restarts = [0] * len(rollouts)
+        self.recoveries: list[dict] = []  # when each death was seen and how long bringing it back took
         self.requeued = 0
 
     def dead(self, run_refs: list) -> list[int]:
@@ -101,6 +102,7 @@ class RolloutHealer:
         return out
 
     def heal(self, run_refs: list, dead: list[int]) -> None:
+        seen_at, t0 = time.time(), time.perf_counter()
         for i in dead:
             self.requeued += ray.get(self.buffer.requeue.remote(i))
         deadline = time.monotonic() + self.restart_timeout_s
@@ -110,6 +112,7 @@ class RolloutHealer:
         for i in dead:
             run_refs[i] = self.rollouts[i].run.remote()
             self.restarts[i] += 1
+            self.recoveries.append({"worker": f"rollout-{i}", "seen_at": seen_at, "heal_s": time.perf_counter() - t0})
             print(f"rayrl: rollout-{i} restarted (restart {self.restarts[i]}); rejoined at the current "
                   "weights, its prompts requeued", flush=True)
 

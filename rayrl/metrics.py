@@ -1,4 +1,4 @@
-"""Run metrics: Prometheus counters through ray.util.metrics, a JSONL file, a progress bar, wandb."""
+"""Run metrics: Prometheus counters and gauges through ray.util.metrics, a JSONL file, a progress bar, wandb."""
 
 from __future__ import annotations
 
@@ -9,20 +9,25 @@ from pathlib import Path
 from tqdm import tqdm
 
 
-class RayCounters:
-    """Named ray.util.metrics counters tagged with the actor's role (scraped by Ray's metrics agent)."""
+class RayMetrics:
+    """An actor's counters and gauges through ray.util.metrics, tagged role= ("rollout") and worker=
+    ("rollout-0"); Ray's metrics agent exports them to Prometheus and the dashboard's Metrics tab."""
 
-    def __init__(self, role: str, names: dict[str, str]) -> None:
-        from ray.util.metrics import Counter
+    def __init__(self, role: str, worker: str, counters: dict[str, str], gauges: dict[str, str] | None = None) -> None:
+        from ray.util.metrics import Counter, Gauge
 
-        self._counters = {
-            n: Counter(f"rayrl_{n}", description=d, tag_keys=("role",)).set_default_tags({"role": role})
-            for n, d in names.items()
-        }
+        tags = {"role": role, "worker": worker}
+        self._counters = {n: Counter(f"rayrl_{n}", description=d, tag_keys=tuple(tags)).set_default_tags(tags)
+                          for n, d in counters.items()}
+        self._gauges = {n: Gauge(f"rayrl_{n}", description=d, tag_keys=tuple(tags)).set_default_tags(tags)
+                        for n, d in (gauges or {}).items()}
 
     def inc(self, name: str, value: float = 1.0) -> None:
         if value:
             self._counters[name].inc(value)
+
+    def set(self, name: str, value: float) -> None:
+        self._gauges[name].set(value)
 
 
 class RunLog:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import psutil
-
 GRACE_S = 5.0  # SIGTERM first; SIGKILL what is still running after this
 
 
 def start(driver_pid: int) -> subprocess.Popen | None:
     """Watch the driver's current descendants (the private cluster it just started)."""
+    import psutil
+
     pids = [str(p.pid) for p in psutil.Process(driver_pid).children(recursive=True)]
     if not pids:
         return None
@@ -24,6 +24,8 @@ def start(driver_pid: int) -> subprocess.Popen | None:
 
 
 def reap(driver_pid: int, pids: list[int]) -> None:
+    import psutil
+
     watched = []
     for pid in pids:  # Process objects remember the start time, so a reused pid is never touched
         try:

@@ -18,7 +18,7 @@ from rayrl.checkpoint import RunState
 from rayrl.config import Config, save_config
 from rayrl.data import PromptStream, PromptTemplate, load_tasks, stream_position
 from rayrl.faults import ActorFailed, RolloutHealer, RunStopped, StopRequest, learner_stopped
-from rayrl.metrics import Progress, RunLog
+from rayrl.metrics import Progress, RayMetrics, RunLog
 from rayrl.models import build_model
 from rayrl.placement import PlacementPlan
 from rayrl.placement.storage import check_shared
@@ -78,7 +78,7 @@ class Trainer:
         self.buffer = TrajectoryBuffer.options(**self._named("buffer", "service")).remote(
             cfg.rollout.batch_size, cfg.rollout.max_staleness, version, state.ledger if state else None)
         self.rewards = [RewardActor.options(**self._named(f"reward-{i}", "service"), max_restarts=cfg.reward.max_restarts,
-                                            max_task_retries=cfg.reward.max_restarts).remote(cfg)
+                                            max_task_retries=cfg.reward.max_restarts).remote(cfg, i)
                         for i in range(cfg.reward.num_actors)]
         self.rollouts = [
             RolloutWorker.options(**self._named(f"rollout-{i}", "rollout", i), max_restarts=cfg.rollout.max_restarts)
@@ -90,6 +90,11 @@ class Trainer:
             cfg, self.learners, self.rollouts, self.buffer, version)
         self.weight_sync = ray.get(self.broadcaster.setup.remote())  # tensors, bytes, buckets: in the summary
         self.actors = [self.buffer, *self.rewards, *self.rollouts, *self.learners.workers, self.broadcaster]
+        self.metrics = RayMetrics("driver", "driver", {"learner_steps_total": "training steps taken"}, {
+            "learner_step_seconds": "the last step's training time", "learner_tokens_per_second": "trained tokens/s",
+            "sync_seconds": "the last weight sync", "sync_gb_per_second": "the last weight sync's GB/s",
+            "staleness_mean": "mean policy-version lag of the last batch",
+            "rollout_restarts": "rollout worker restarts in this run"})
         self.healer = RolloutHealer(self.rollouts, self.buffer, self.broadcaster, cfg.rollout.restart_timeout_s)
         self.prompts = PromptStream(self.train_tasks, cfg.data.seed)
         self.untrained: set[int] = set()  # stream positions fed and not trained yet
@@ -213,6 +218,7 @@ class Trainer:
             **{f"{k}_per_step": v / n_steps for k, v in timings.items()},
             "generation_s_per_step": self.rollout_totals["gen_s"] / n_steps / max(1, len(self.rollouts)),
             "groups": ledger, "unused_groups": ledger["unused"], "rollout_restarts": self.healer.restarts,
+            "rollout_recoveries": self.healer.recoveries,
             "reward_failures": self.reward_failures(), "aborted_samples": self.rollout_totals["aborted"],
             "max_staleness": cfg.rollout.max_staleness, "weight_sync": self.weight_sync, "nodes": self.placement.nodes(),
             "run_dir": str(self.run_dir), "model_path": self.model_path,
@@ -250,6 +256,7 @@ class Trainer:
                    "step_s": t3 - t0, "samples_per_s": loop_samples / (t3 - t_loop)}
             log.write(rec)
             progress.update(rec)
+            self.publish_metrics(rec, synced)
             every = cfg.checkpoint.every_steps
             if (every and step % every == 0) or self.stop_request:
                 self.save_checkpoint(step, samples, acc_before)
@@ -261,6 +268,17 @@ class Trainer:
                                  "to continue", exit_code=128 + self.stop_request.signal)
         progress.close()
         return samples, time.perf_counter() - t_loop, timings, run_refs
+
+    def publish_metrics(self, rec: dict, synced) -> None:
+        """The step's numbers as Prometheus gauges (role=driver), beside the actors' own."""
+        m = self.metrics
+        m.inc("learner_steps_total")
+        m.set("learner_step_seconds", rec["train_s"])
+        m.set("learner_tokens_per_second", rec["tokens"] / max(rec["train_s"], 1e-9))
+        m.set("sync_seconds", synced.seconds)
+        m.set("sync_gb_per_second", synced.n_bytes / 1e9 / max(synced.seconds, 1e-9))
+        m.set("staleness_mean", rec["staleness_mean"])
+        m.set("rollout_restarts", sum(self.healer.restarts))
 
     def shutdown_rollouts(self, run_refs: list) -> dict:
         """Stop the loops, wake anything waiting on the buffer; returns the buffer's ledger, in which

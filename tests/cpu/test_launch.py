@@ -118,18 +118,18 @@ def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
                                     text=True, timeout=60)
             if actors.returncode == 0 and actors.stdout.lstrip().startswith("["):  # else "No resource ..."
                 seen_roles |= {a.get("name") for a in json.loads(actors.stdout)}
-            if 'role="rollout-0"' not in metrics:
+            if 'worker="rollout-0"' not in metrics:
                 metrics = _scrape(ports["metrics-export-port"])
             time.sleep(1)
         deadline = time.monotonic() + 60  # the metrics agent exports with a lag; give it time after the job
-        while 'role="rollout-0"' not in metrics and time.monotonic() < deadline:
+        while 'worker="rollout-0"' not in metrics and time.monotonic() < deadline:
             metrics = _scrape(ports["metrics-export-port"])
             time.sleep(2)
         logs = subprocess.run([*ray_cli, "job", "logs", "--address", dashboard, job], env=env, capture_output=True,
                               text=True, timeout=60).stdout
         assert "succeeded" in status, f"{status}\n{logs[-3000:]}"
         assert ROLES <= seen_roles, seen_roles
-        assert re.search(r'rayrl_rollout_samples_total\{[^}]*role="rollout-0"', metrics), metrics[-2000:]
+        assert re.search(r'rayrl_rollout_samples_total\{(?=[^}]*role="rollout")(?=[^}]*worker="rollout-0")', metrics), metrics[-2000:]
         assert json.loads((runs / "job" / "summary.json").read_text())["steps"] == 150
     finally:
         os.killpg(head.pid, signal.SIGTERM)

@@ -1,0 +1,42 @@
+"""The deployment manifests start a recipe that exists with a config rayrl accepts."""
+
+import shlex
+from pathlib import Path
+
+import yaml
+
+from rayrl.config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _check_command(command: str) -> None:
+    argv = shlex.split(command)
+    assert argv[0] == "python" and (ROOT / argv[1]).is_file(), argv[:2]
+    assert argv[2] == "--config" and (ROOT / argv[3]).is_file(), argv[2:4]
+    cfg = load_config(ROOT / argv[3], argv[4:])  # raises naming any bad key
+    assert cfg.scheduler.type == "ray" and cfg.metrics.run_name and cfg.checkpoint.every_steps > 0
+
+
+def test_kuberay_rayjob_runs_a_valid_recipe_that_resumes():
+    job = yaml.safe_load((ROOT / "deploy" / "rayjob.yaml").read_text())
+    assert job["kind"] == "RayJob" and job["spec"]["backoffLimit"] >= 1
+    _check_command(job["spec"]["entrypoint"])
+    images = {c["image"] for group in [job["spec"]["rayClusterSpec"]["headGroupSpec"],
+                                       *job["spec"]["rayClusterSpec"]["workerGroupSpecs"]]
+              for c in group["template"]["spec"]["containers"]}
+    assert images == {"rayrl:gpu"}
+
+
+def test_cluster_launcher_yaml_documents_a_valid_job_submit():
+    text = (ROOT / "deploy" / "cluster.yaml").read_text()
+    cluster = yaml.safe_load(text)
+    assert cluster["docker"]["image"] == "rayrl:gpu"
+    submit = " ".join(line.lstrip("#").strip().rstrip("\\") for line in text.splitlines()
+                      if line.startswith("#   ray job submit") or line.startswith("#     "))
+    _check_command(submit.split(" -- ", 1)[1])
+
+
+def test_dockerfile_has_the_gpu_image_last_and_a_cpu_test_target():
+    stages = [line.split()[-1] for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("FROM ")]
+    assert stages == ["cpu-test", "gpu"]
