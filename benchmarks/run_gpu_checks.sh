@@ -6,6 +6,8 @@
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh throughput-tp2   # 2 GPUs: rollout_throughput --tp 2
+#   COMMIT=... bash benchmarks/run_gpu_checks.sh faults   # 2 GPUs: gsm8k recipe losing its vLLM rollout worker
+#                                 and a reward actor mid-run (fault_check: restart, NCCL rejoin, ledger)
 # COMMIT is the commit of the tree that runs (pass it in: a copied checkout's .git may lag behind).
 # Full logs go to $OUT (or /tmp/gpu-out) with this run's result JSONs; a short summary is printed last.
 set -uo pipefail
@@ -21,6 +23,18 @@ step() {  # step NAME TIMEOUT_S command...: run it, log to $out/NAME.log, rememb
   echo "== $name rc=$rc"; quiet 8 < "$out/$name.log"
 }
 
+fixtures() {  # a Qwen2-1.5B-shaped model with random weights and synthetic GSM8K, under $work
+  work=$(mktemp -d)
+  python3 -c "
+from rayrl.data.gsm8k import write_synthetic_gsm8k
+from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.models.tokenizer import TEXT_CHARS
+shape = {k: v for k, v in QWEN2_1_5B_SHAPE.items() if k != 'vocab_size'}
+save_random_qwen2('$work/model', chars=TEXT_CHARS, **shape)
+write_synthetic_gsm8k('$work/gsm8k.jsonl', 512)
+" > "$out/fixtures.log" 2>&1 || { echo "fixtures failed"; tail -20 "$out/fixtures.log"; }
+}
+
 run_mode() {
   case "$1" in
   varlen) CUDA_VISIBLE_DEVICES=0 step test_varlen_attention 150 python3 -m pytest -q -m gpu tests/gpu/test_varlen_attention.py ;;
@@ -31,22 +45,20 @@ run_mode() {
   two-gpu)
     step gpu_rollout_check 330 python3 -m benchmarks.gpu_rollout_check --commit "$commit"
     step test_learner_gpu 600 python3 -m pytest -q -m gpu tests/gpu/test_learner_gpu.py -rxX
-    work=$(mktemp -d)
-    python3 -c "
-from rayrl.data.gsm8k import write_synthetic_gsm8k
-from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
-from rayrl.models.tokenizer import TEXT_CHARS
-shape = {k: v for k, v in QWEN2_1_5B_SHAPE.items() if k != 'vocab_size'}
-save_random_qwen2('$work/model', chars=TEXT_CHARS, **shape)
-write_synthetic_gsm8k('$work/gsm8k.jsonl', 512)
-" > "$out/fixtures.log" 2>&1 || { echo "fixtures failed"; tail -20 "$out/fixtures.log"; }
+    fixtures
     step gsm8k_recipe 330 python3 -m benchmarks.recipe_run --commit "$commit" --config recipes/gsm8k_grpo.yaml \
       model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=3 rollout.batch_size=16 \
       data.eval_size=32 rollout.enforce_eager=true scheduler.include_dashboard=false metrics.run_dir="$out/runs" \
       metrics.run_name=gsm8k-3 metrics.progress=false
     ;;
+  faults)
+    fixtures
+    step fault_check 480 python3 -m benchmarks.fault_check --commit "$commit" --config recipes/gsm8k_grpo.yaml \
+      model.path="$work/model" data.path="$work/gsm8k.jsonl" rollout.batch_size=16 data.eval_size=32 \
+      rollout.enforce_eager=true metrics.run_dir="$out/runs" metrics.progress=false checkpoint.save_final=false
+    ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
-  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, two-gpu or throughput-tp2"; exit 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }
 
