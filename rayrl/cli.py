@@ -23,16 +23,17 @@ def parse_args(argv: list[str] | None = None, prog: str = "rayrl") -> Config:
 
 
 def run(cfg: Config) -> dict:
-    """Train and print the summary; a run that stopped early (SIGTERM, a dead learner rank) exits with
-    its message and code instead of a traceback."""
+    """Train and print the summary; a run that stopped early (SIGTERM, a dead learner rank) or cannot
+    use its checkpoint directory exits with its message and code instead of a traceback."""
+    from rayrl.checkpoint import StorageError
     from rayrl.faults import RunStopped
     from rayrl.trainer import train
 
     try:
         summary = train(cfg)
-    except RunStopped as stop:
+    except (RunStopped, StorageError) as stop:
         print(f"rayrl: {stop}", file=sys.stderr)
-        raise SystemExit(stop.exit_code) from None
+        raise SystemExit(getattr(stop, "exit_code", 1)) from None
     print(json.dumps(summary, indent=2))
     return summary
 

@@ -87,3 +87,24 @@ def test_killed_learner_stops_the_run_naming_the_checkpoint_and_resume_finishes_
     assert summary["resumed_from"].endswith("step-00000002") and summary["steps"] == 6
     ids = [t for rec in _lines(run.dir / "trained.jsonl") for t in rec["tasks"]]
     assert len(ids) == len(set(ids)) == 6 * 8
+
+
+@ray.remote(num_cpus=0)
+class _Stuck:
+    def receive(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def test_a_sync_step_that_does_not_finish_in_time_fails_naming_the_worker(ray_cluster):
+    """What the broadcaster does with every part of a sync: a hang becomes an error naming who hung."""
+    from rayrl.faults import wait_all
+
+    quick, stuck = _Stuck.remote(), _Stuck.remote()
+    with pytest.raises(TimeoutError, match=r"weight sync to version 3 did not finish within 2s on rollout-1$"):
+        wait_all([quick.receive.remote(0), stuck.receive.remote(60)], ["rollout-0", "rollout-1"],
+                 "weight sync to version 3", timeout_s=2)
+    ray.kill(stuck)
+    with pytest.raises(Exception, match="weight sync to version 3 failed on rollout-1: ActorDiedError"):
+        wait_all([quick.receive.remote(0), stuck.receive.remote(0)], ["rollout-0", "rollout-1"],
+                 "weight sync to version 3", timeout_s=30)
+    ray.kill(quick)

@@ -56,6 +56,16 @@ def test_a_checkpoint_directory_that_cannot_be_written_stops_the_run_naming_it(t
         Trainer(cfg)  # before Ray or any model starts
 
 
+def test_the_cli_exits_non_zero_naming_a_checkpoint_directory_it_cannot_write(tmp_path, capsys):
+    from rayrl.cli import main
+
+    (tmp_path / "a-file").write_text("")
+    bad = tmp_path / "a-file" / "checkpoints"
+    with pytest.raises(SystemExit) as stop:
+        main(["train", f"metrics.run_dir={tmp_path}", f"checkpoint.dir={bad}", "data.eval_size=10"])
+    assert stop.value.code == 1 and f"checkpoint directory '{bad}' is not writable" in capsys.readouterr().err
+
+
 def test_prompt_stream_positions_repeat_after_a_restore():
     from rayrl.data import PromptStream, split, stream_position
 
