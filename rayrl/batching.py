@@ -32,9 +32,14 @@ def collate(groups: list[TrajectoryGroup], pad_id: int) -> Batch:
 
 
 def batch_stats(batch: Batch, learner_version: int) -> dict[str, float]:
-    """Reward, accuracy (share of samples with reward >= 1) and staleness of a batch, before training."""
+    """Reward, accuracy (share of samples with reward >= 1), staleness, response length, the share of
+    groups whose rewards are all equal (no signal for group-relative advantages) and the mean negative
+    log-prob of the sampled tokens (a Monte-Carlo estimate of the policy's entropy), before training."""
     mask = batch.loss_mask > 0
     stale = (learner_version - batch.versions[mask]).float()
+    n_groups = int(batch.group_index.max()) + 1
+    lo = torch.full((n_groups,), float("inf")).scatter_reduce(0, batch.group_index, batch.rewards, "amin")
+    hi = torch.full((n_groups,), float("-inf")).scatter_reduce(0, batch.group_index, batch.rewards, "amax")
     return {
         "reward_mean": batch.rewards.mean().item(),
         "accuracy": (batch.rewards >= 1.0).float().mean().item(),
@@ -42,4 +47,7 @@ def batch_stats(batch: Batch, learner_version: int) -> dict[str, float]:
         "tokens": int(mask.sum()),
         "staleness_mean": stale.mean().item() if stale.numel() else 0.0,
         "staleness_max": stale.max().item() if stale.numel() else 0.0,
+        "response_len_mean": mask.sum(-1).float().mean().item(),
+        "equal_reward_groups": (lo == hi).float().mean().item(),
+        "sampled_nll_mean": -batch.behav_logprobs[mask].mean().item() if mask.any() else 0.0,
     }

@@ -81,7 +81,10 @@ def merge_rank_stats(per_rank: list[dict]) -> dict:
     tokens = sum(r["tokens"] for r in per_rank)
     out.update(samples=samples, tokens=tokens, staleness_max=max(r["staleness_max"] for r in per_rank),
                fresh_logprob_max_diff=max(r["fresh_logprob_max_diff"] for r in per_rank))
-    for key in ("reward_mean", "accuracy"):
-        out[key] = sum(r[key] * r["samples"] for r in per_rank) / max(1, samples)
-    out["staleness_mean"] = sum(r["staleness_mean"] * r["tokens"] for r in per_rank) / max(1, tokens)
+    for key in ("reward_mean", "accuracy", "response_len_mean", "equal_reward_groups"):
+        if key in out:
+            out[key] = sum(r[key] * r["samples"] for r in per_rank) / max(1, samples)
+    for key in ("staleness_mean", "sampled_nll_mean"):
+        if key in out:
+            out[key] = sum(r[key] * r["tokens"] for r in per_rank) / max(1, tokens)
     return out

@@ -80,8 +80,10 @@ def _submit(ray_cli: list[str], dashboard: str, entry: list[str], env: dict) -> 
     return job
 
 
-def _wait_done(ray_cli: list[str], dashboard: str, job: str, env: dict, timeout_s: float = 480) -> str:
-    """The job's final status line (lower case), polled until it succeeded, failed or stopped."""
+def _wait_done(ray_cli: list[str], dashboard: str, job: str, env: dict, each_poll=None,
+               timeout_s: float = 480) -> str:
+    """The job's final status line (lower case), polled until it succeeded, failed or stopped;
+    each_poll() runs between polls while the job runs."""
     status, deadline = "", time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         done = subprocess.run([*ray_cli, "job", "status", "--address", dashboard, job], env=env,
@@ -89,6 +91,8 @@ def _wait_done(ray_cli: list[str], dashboard: str, job: str, env: dict, timeout_
         status = (done.stdout + done.stderr).lower()  # the CLI logs "Job '...' succeeded" to stderr
         if any(word in status for word in ("succeeded", "failed", "stopped")):
             break
+        if each_poll is not None:
+            each_poll()
         time.sleep(1)
     return status
 
@@ -125,22 +129,19 @@ def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
     entry = _recipe(wheel_python, model_cache, runs, "job", "learner.total_steps=150", "scheduler.type=ray")
     try:
         job = _submit(ray_cli, dashboard, entry, env)
-        seen_roles, metrics, status = set(), "", ""
-        deadline = time.monotonic() + 480
-        while time.monotonic() < deadline:
-            done = subprocess.run([*ray_cli, "job", "status", "--address", dashboard, job], env=env,
-                                  capture_output=True, text=True, timeout=60)
-            status = (done.stdout + done.stderr).lower()  # the CLI logs "Job '...' succeeded" to stderr
-            if any(word in status for word in ("succeeded", "failed", "stopped")):
-                break
+        seen_roles, metrics = set(), [""]
+
+        def watch() -> None:  # while the job runs: its actors by name, rayrl's metrics by worker
             actors = subprocess.run([*ray_cli, "list", "actors", "--address", dashboard, "--format", "json",
                                      "--filter", "state=ALIVE", "--limit", "100"], env=env, capture_output=True,
                                     text=True, timeout=60)
             if actors.returncode == 0 and actors.stdout.lstrip().startswith("["):  # else "No resource ..."
-                seen_roles |= {a.get("name") for a in json.loads(actors.stdout)}
-            if 'worker="rollout-0"' not in metrics:
-                metrics = _scrape(ports["metrics-export-port"])
-            time.sleep(1)
+                seen_roles.update(a.get("name") for a in json.loads(actors.stdout))
+            if 'worker="rollout-0"' not in metrics[0]:
+                metrics[0] = _scrape(ports["metrics-export-port"])
+
+        status = _wait_done(ray_cli, dashboard, job, env, watch)
+        metrics = metrics[0]
         deadline = time.monotonic() + 60  # the metrics agent exports with a lag; give it time after the job
         while 'worker="rollout-0"' not in metrics and time.monotonic() < deadline:
             metrics = _scrape(ports["metrics-export-port"])
