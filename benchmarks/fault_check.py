@@ -65,7 +65,7 @@ def main() -> None:
         "heal_s": [r["heal_s"] for r in recovery], "groups": g,
         "ledger_balances": g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"],
         "tasks_trained_twice": len(ids) - len(set(ids)),
-        "fresh_logprob_max_diff": [json.loads(x).get("fresh_logprob_max_diff") for x in
+        "mismatch_max": [json.loads(x).get("mismatch_max") for x in
                                    (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()
                                    if '"step"' in x],
         "config_file": args.config, "overrides": args.overrides,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from rayrl.algorithms.mismatch import merge_mismatch
+
 
 class RayMetrics:
     """An actor's counters and gauges through ray.util.metrics, tagged role= ("rollout") and worker=
@@ -79,8 +81,9 @@ def merge_rank_stats(per_rank: list[dict]) -> dict:
     out = dict(per_rank[0])
     samples = sum(r["samples"] for r in per_rank)
     tokens = sum(r["tokens"] for r in per_rank)
-    out.update(samples=samples, tokens=tokens, staleness_max=max(r["staleness_max"] for r in per_rank),
-               fresh_logprob_max_diff=max(r["fresh_logprob_max_diff"] for r in per_rank))
+    out.update(samples=samples, tokens=tokens, staleness_max=max(r["staleness_max"] for r in per_rank))
+    if "mismatch_tokens" in out:
+        out.update(merge_mismatch(per_rank))
     for key in ("reward_mean", "accuracy", "response_len_mean", "equal_reward_groups"):
         if key in out:
             out[key] = sum(r[key] * r["samples"] for r in per_rank) / max(1, samples)

@@ -72,7 +72,7 @@ def test_killed_rollout_worker_and_reward_actor_come_back(ray_cluster, make_cfg)
     first = next((rec["step"], v) for rec in trained for w, v in zip(rec["workers"], rec["versions"])
                  if w == "rollout-0 restarted")
     assert first[0] >= killed_at and first[1] == first[0] - 1, f"restarted worker's first group: (step, version) {first}"
-    diffs = [r["fresh_logprob_max_diff"] for r in _lines(run.dir / "metrics.jsonl") if "step" in r]
+    diffs = [r["mismatch_max"] for r in _lines(run.dir / "metrics.jsonl") if "step" in r]
     assert len(diffs) == 10 and max(diffs) <= 1e-5, diffs
 
 

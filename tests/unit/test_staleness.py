@@ -42,10 +42,10 @@ def test_rank_stats_merge_counts_and_weights():
     from rayrl.metrics import merge_rank_stats
 
     a = {"samples": 4, "tokens": 10, "reward_mean": 1.0, "accuracy": 1.0, "staleness_mean": 1.0,
-         "staleness_max": 1.0, "loss": 0.5, "fresh_logprob_max_diff": 3e-6}
+         "staleness_max": 1.0, "loss": 0.5, "mismatch_tokens": 10, "mismatch_max": 3e-6, "mismatch_abs_mean": 1e-6, "token_mult_prob_error": 1.0, "mismatch_k3": 0.0}
     b = {"samples": 12, "tokens": 30, "reward_mean": 0.0, "accuracy": 0.0, "staleness_mean": 0.0,
-         "staleness_max": 2.0, "loss": 0.5, "fresh_logprob_max_diff": 1e-6}
+         "staleness_max": 2.0, "loss": 0.5, "mismatch_tokens": 30, "mismatch_max": 1e-6, "mismatch_abs_mean": 2e-6, "token_mult_prob_error": 1.0, "mismatch_k3": 0.0}
     m = merge_rank_stats([a, b])
-    assert m["fresh_logprob_max_diff"] == 3e-6
+    assert m["mismatch_max"] == 3e-6 and m["mismatch_tokens"] == 40 and abs(m["mismatch_abs_mean"] - 1.75e-6) < 1e-12
     assert (m["samples"], m["tokens"], m["staleness_max"], m["loss"]) == (16, 40, 2.0, 0.5)
     assert m["reward_mean"] == 0.25 and m["accuracy"] == 0.25 and m["staleness_mean"] == 0.25

@@ -22,6 +22,7 @@ from rayrl.engines.learner.device import attention_for, learner_device, packs_se
 from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
+from rayrl.algorithms.mismatch import MismatchMeter
 from rayrl.models.builder import load_policy
 from rayrl.types import Batch
 
@@ -96,15 +97,13 @@ class Learner:
         batch.advantages = group_advantages(batch.rewards, batch.group_index, alg.std_normalize, alg.eps)
         mbs = microbatches(batch, cfg.learner.max_tokens_per_micro_batch, packs_sequences(cfg))
         mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
-        fresh_diff = 0.0  # tokens sampled by this very version: the rollout engine's and our log-probs
+        mismatch = MismatchMeter()  # the rollout engine's log-probs against ours, on tokens of this version
         with torch.no_grad():
             for mb in mbs:
                 mb.prox_logprobs = self._logprobs(mb).cpu() if alg.off_policy_correction else mb.behav_logprobs
                 mb.ref_logprobs = self._logprobs(mb, reference=True).cpu() if alg.beta > 0 else None
-                fresh = (mb.loss_mask > 0) & (mb.versions == self.version)
-                if fresh.any():
-                    gap = (mb.prox_logprobs - mb.behav_logprobs).abs()[fresh].max().item()
-                    fresh_diff = max(fresh_diff, gap)
+                if alg.off_policy_correction:
+                    mismatch.add(mb.prox_logprobs, mb.behav_logprobs, (mb.loss_mask > 0) & (mb.versions == self.version))
         losses, norms, extra = [], [], {}
         for chunk in _chunks(mbs, min(cfg.learner.minibatches, len(mbs))):
             tokens = dp.sum(float(sum(mb.loss_mask.sum() for mb in chunk)))
@@ -120,7 +119,7 @@ class Learner:
             losses.append(dp.sum(total))
         self.version += 1
         return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
-                "micro_batches": len(mbs), "fresh_logprob_max_diff": fresh_diff, **extra}
+                "micro_batches": len(mbs), **mismatch.result(), **extra}
 
     # ---- weights and checkpoints ------------------------------------------------------------
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -1,0 +1,42 @@
+"""How far the rollout engine's log-probs of the tokens it sampled are from the learner's, measured
+on the tokens the learner's current weights produced (older tokens also differ by the policy change).
+
+The field's gauges: mean |Δ log p|, NeMo-RL's token_mult_prob_error (mean of exp|Δ|), the k3
+estimate of KL(learner || engine), and the worst token."""
+
+from __future__ import annotations
+
+import torch
+
+
+class MismatchMeter:
+    """Sums over micro-batches; result() gives the step's numbers (zero tokens: all 0)."""
+
+    def __init__(self) -> None:
+        self.n, self.abs_sum, self.mult_sum, self.k3_sum, self.max = 0, 0.0, 0.0, 0.0, 0.0
+
+    def add(self, learner_logp: torch.Tensor, engine_logp: torch.Tensor, fresh: torch.Tensor) -> None:
+        """fresh: bool mask of the tokens sampled by the weights the learner holds now."""
+        if not fresh.any():
+            return
+        delta = (learner_logp - engine_logp)[fresh].double()
+        self.n += int(delta.numel())
+        self.abs_sum += delta.abs().sum().item()
+        self.mult_sum += delta.abs().exp().sum().item()
+        self.k3_sum += ((-delta).exp() + delta - 1.0).sum().item()  # r = engine/learner: E[r - 1 - log r]
+        self.max = max(self.max, delta.abs().max().item())
+
+    def result(self) -> dict[str, float]:
+        n = max(1, self.n)
+        return {"mismatch_tokens": self.n, "mismatch_abs_mean": self.abs_sum / n,
+                "token_mult_prob_error": self.mult_sum / n if self.n else 1.0, "mismatch_k3": self.k3_sum / n,
+                "mismatch_max": self.max}
+
+
+def merge_mismatch(per_rank: list[dict]) -> dict[str, float]:
+    """Token-weighted means across learner ranks, the largest maximum."""
+    n = sum(r["mismatch_tokens"] for r in per_rank)
+    out = {"mismatch_tokens": n, "mismatch_max": max(r["mismatch_max"] for r in per_rank)}
+    for key in ("mismatch_abs_mean", "token_mult_prob_error", "mismatch_k3"):
+        out[key] = sum(r[key] * r["mismatch_tokens"] for r in per_rank) / n if n else per_rank[0][key]
+    return out
