@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -108,7 +108,9 @@ class LearnerConfig(_Section):
     num_workers: int = Field(1, ge=1)  # ranks; one GPU each when cluster.n_gpus_per_node > 0
     cpus_per_worker: float = Field(1.0, gt=0)
     total_steps: int = Field(300, ge=1)
-    lr: float = Field(2e-4, gt=0)
+    # 2e-4 (the warm-up's rate) made short runs worse: Adam takes full-size steps on a sparse RL gradient
+    # (early_dip: held-out 0.195 -> 0.080 after 40 steps at 2e-4, -> 0.295 at 5e-5; 400 steps reach the same)
+    lr: float = Field(5e-5, gt=0)
     lr_warmup_steps: int = Field(0, ge=0)
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"  # decay after warm-up, to 0 at total_steps
     process_group_timeout_s: float = Field(600.0, gt=0)  # the ranks' collectives (nccl / gloo) give up after it
@@ -140,14 +142,25 @@ class LearnerConfig(_Section):
         return self
 
 
+ALGORITHM_ALIASES = {"DR-GRPO": "dr_grpo", "DR_GRPO": "dr_grpo", "REINFORCE++": "reinforce_pp"}  # spellings seen in the wild
+
+
 class AlgorithmConfig(_Section):
-    type: Literal["grpo"] = "grpo"
+    # the advantage estimator: grpo (group mean and std), dr_grpo (group mean only; the loss divides by
+    # a constant, samples x rollout.max_new_tokens, not by the tokens present), rloo (leave-one-out mean),
+    # reinforce_pp (batch-normalised); "DR-GRPO" is read as dr_grpo, "REINFORCE++" as reinforce_pp
+    type: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = "grpo"
     beta: float = Field(0.0, ge=0)  # KL to the frozen reference; 0 skips the reference model
     clip_eps: float = Field(0.2, gt=0)
     off_policy_correction: bool = True  # decoupled PPO: behaviour / proximal / current policies
     behav_imp_weight_cap: float = Field(5.0, gt=0)
-    std_normalize: bool = True
+    std_normalize: bool = True  # grpo only
     eps: float = Field(1e-6, gt=0)
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _alias(cls, value):
+        return ALGORITHM_ALIASES.get(value.upper(), value) if isinstance(value, str) else value
 
 
 class SyncConfig(_Section):

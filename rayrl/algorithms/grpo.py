@@ -8,19 +8,6 @@ import torch
 from rayrl.config import AlgorithmConfig
 
 
-def group_advantages(rewards: torch.Tensor, group_index: torch.Tensor, std_normalize: bool,
-                     eps: float) -> torch.Tensor:
-    """(r - mean of its group) / (std of its group + eps); population std, as in GRPO."""
-    n_groups = int(group_index.max()) + 1
-    count = torch.zeros(n_groups).index_add_(0, group_index, torch.ones_like(rewards))
-    mean = torch.zeros(n_groups).index_add_(0, group_index, rewards) / count
-    centred = rewards - mean[group_index]
-    if not std_normalize:
-        return centred
-    var = torch.zeros(n_groups).index_add_(0, group_index, centred**2) / count
-    return centred / (var.sqrt()[group_index] + eps)
-
-
 def token_mean(values: torch.Tensor, mask: torch.Tensor, denom: float | None = None) -> torch.Tensor:
     """Token-level aggregation: sum over every masked token / number of tokens (or denom)."""
     total = mask.sum() if denom is None else torch.tensor(float(denom))

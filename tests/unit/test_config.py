@@ -29,7 +29,7 @@ def test_unknown_section_is_named():
 @pytest.mark.parametrize("override, key", [
     ("rollout.batch_size=abc", "rollout.batch_size"),
     ("rollout.batch_size=0", "rollout.batch_size"),
-    ("algorithm.type=ppo", "algorithm.type"),
+    ("algorithm.type=ppo_critic", "algorithm.type"),
     ("scheduler.type=slurm", "scheduler.type"),
     ("rollout.max_staleness=-1", "rollout.max_staleness"),
 ])

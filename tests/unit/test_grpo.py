@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rayrl.algorithms import group_advantages, grpo_loss, kl_k3, token_mean
+from rayrl.algorithms import group_advantages, grpo_loss, kl_k3, token_mean  # noqa: F401
 from rayrl.config import AlgorithmConfig
 
 
@@ -73,3 +73,34 @@ def test_token_mean_ignores_masked_tokens():
     values = torch.tensor([[1.0, 100.0], [3.0, 5.0]])
     mask = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
     assert token_mean(values, mask).item() == pytest.approx(3.0)
+
+
+def test_every_advantage_estimator_by_hand():
+    from rayrl.algorithms import advantages
+
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.5])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 2])  # group 1: identical rewards; group 2: a single sample
+    grpo = advantages(rewards, groups, AlgorithmConfig(type="grpo", eps=1e-6))
+    s = math.sqrt(0.1875)
+    assert torch.allclose(grpo, torch.tensor([0.75 / s, -0.25 / s, -0.25 / s, -0.25 / s, 0, 0, 0]), atol=1e-5)
+    dr = advantages(rewards, groups, AlgorithmConfig(type="DR-GRPO"))  # the alias
+    assert torch.allclose(dr, torch.tensor([0.75, -0.25, -0.25, -0.25, 0, 0, 0]))
+    rloo = advantages(rewards, groups, AlgorithmConfig(type="rloo"))
+    # 1 - mean(0,0,0) = 1; 0 - mean(1,0,0) = -1/3; group 1: 1 - 1 = 0; a group of one: 0
+    assert torch.allclose(rloo, torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3, 0, 0, 0]))
+    rpp = advantages(rewards, groups, AlgorithmConfig(type="REINFORCE++", eps=1e-9))
+    mean = 3.5 / 7
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards.tolist()) / 7)
+    assert torch.allclose(rpp, (rewards - mean) / std, atol=1e-6)
+
+
+def test_dr_grpo_divides_by_a_constant_per_sample():
+    from rayrl.engines.learner.microbatch import MicroBatch
+
+    mask = torch.tensor([[0, 1, 1, 0, 0, 1]]).float()  # a packed row: sequences of 3 and 3 tokens
+    ids = torch.zeros(1, 6, dtype=torch.long)
+    mb = MicroBatch(ids, ids, None, mask, mask, None, None, mask, cu_seqlens=torch.tensor([0, 3, 6], dtype=torch.int32))
+    assert mb.n_sequences == 2
+    padded = MicroBatch(ids.view(2, 3), ids.view(2, 3), None, torch.tensor([[0, 1, 1], [0, 0, 0]]).float(), mask,
+                        None, None, mask)
+    assert padded.n_sequences == 1

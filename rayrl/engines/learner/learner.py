@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from rayrl.algorithms import group_advantages, grpo_loss
+from rayrl.algorithms import advantages, grpo_loss
 from rayrl.config import Config
 from rayrl.engines.learner.base import LearnerBackend
 from rayrl.engines.learner.checkpoint import export_hf
@@ -94,7 +94,7 @@ class Learner:
         """Advantages, proximal / reference log-probs, micro-batches with gradient accumulation,
         learner.minibatches optimizer steps; the policy version advances by one."""
         cfg, alg, dp, backend = self.cfg, self.cfg.algorithm, self.dp, self.backend
-        batch.advantages = group_advantages(batch.rewards, batch.group_index, alg.std_normalize, alg.eps)
+        batch.advantages = advantages(batch.rewards, batch.group_index, alg)
         mbs = microbatches(batch, cfg.learner.max_tokens_per_micro_batch, packs_sequences(cfg))
         mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
         mismatch = MismatchMeter()  # the rollout engine's log-probs against ours, on tokens of this version
@@ -106,7 +106,10 @@ class Learner:
                     mismatch.add(mb.prox_logprobs, mb.behav_logprobs, (mb.loss_mask > 0) & (mb.versions == self.version))
         losses, norms, extra = [], [], {}
         for chunk in _chunks(mbs, min(cfg.learner.minibatches, len(mbs))):
-            tokens = dp.sum(float(sum(mb.loss_mask.sum() for mb in chunk)))
+            if alg.type == "dr_grpo":  # a constant per sample: no length normalisation
+                tokens = dp.sum(float(sum(mb.n_sequences for mb in chunk))) * cfg.rollout.max_new_tokens
+            else:
+                tokens = dp.sum(float(sum(mb.loss_mask.sum() for mb in chunk)))
             total = 0.0
             for i, mb in enumerate(chunk):
                 logp = self._logprobs(mb)

@@ -39,6 +39,16 @@ class MicroBatch(msgspec.Struct):
     def n_tokens(self) -> int:
         return int(self.input_ids.numel())
 
+    @property
+    def n_sequences(self) -> int:
+        """Sequences with at least one scored token (a lockstep filler has none)."""
+        if self.cu_seqlens is None:
+            return int((self.loss_mask.sum(-1) > 0).sum())
+        cu = self.cu_seqlens.long()
+        seq = torch.repeat_interleave(torch.arange(len(cu) - 1), cu.diff())
+        scored = torch.zeros(len(cu) - 1).index_add_(0, seq, self.loss_mask[0].float())
+        return int((scored > 0).sum())
+
 
 def sequence_lengths(batch: Batch) -> list[int]:
     return batch.attention_mask.sum(-1).tolist()
