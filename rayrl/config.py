@@ -151,9 +151,15 @@ class AlgorithmConfig(_Section):
     # reinforce_pp (batch-normalised); "DR-GRPO" is read as dr_grpo, "REINFORCE++" as reinforce_pp
     type: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = "grpo"
     beta: float = Field(0.0, ge=0)  # KL to the frozen reference; 0 skips the reference model
-    clip_eps: float = Field(0.2, gt=0)
+    clip_eps: float = Field(0.2, gt=0)  # PPO clip, the low side: ratio >= 1 - clip_eps
+    clip_eps_high: float | None = Field(None, gt=0)  # the high side (DAPO's clip-higher: 0.28); None: clip_eps
+    dual_clip: float | None = Field(None, gt=1)  # for negative advantages, the loss is at most dual_clip * |A|
     off_policy_correction: bool = True  # decoupled PPO: behaviour / proximal / current policies
+    # the behaviour importance weight exp(proximal - behaviour) per token, with off_policy_correction:
+    # mask drops tokens outside [floor, cap] (masked IS, IcePop's band); truncate caps it at cap (TIS)
+    behav_imp_weight_mode: Literal["mask", "truncate"] = "mask"
     behav_imp_weight_cap: float = Field(5.0, gt=0)
+    behav_imp_weight_floor: float = Field(0.0, ge=0)  # mask mode only
     std_normalize: bool = True  # grpo only
     eps: float = Field(1e-6, gt=0)
 

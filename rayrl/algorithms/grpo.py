@@ -1,5 +1,5 @@
-"""GRPO with decoupled PPO: group-normalised advantages, clipping against the proximal policy,
-importance weights from the behaviour policy, optional k3 KL to a frozen reference."""
+"""The policy loss: PPO clip (clip-higher, dual clip) against the proximal policy, behaviour importance
+weights masked or truncated (decoupled PPO, MIS, TIS), optional k3 KL to a frozen reference."""
 
 from __future__ import annotations
 
@@ -26,22 +26,32 @@ def grpo_loss(logp: torch.Tensor, behav_logp: torch.Tensor, prox_logp: torch.Ten
               ) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-token tensors [B, T]; advantages [B] or per token [B, T]. Returns (loss, stats).
 
-    With off_policy_correction the PPO ratio is taken against the proximal policy and each token
-    is weighted by exp(prox - behav); tokens whose weight exceeds behav_imp_weight_cap are
-    dropped from the loss. Without it, the behaviour policy is the PPO 'old' policy.
+    PPO clip to [1 - clip_eps, 1 + clip_eps_high], optionally dual-clipped. With off_policy_correction
+    the ratio is taken against the proximal policy and each token is weighted by exp(prox - behav),
+    masked outside [floor, cap] or truncated at cap; without it the behaviour policy is PPO's old one.
     """
     adv = advantages if advantages.dim() == logp.dim() else advantages.unsqueeze(1).expand_as(logp)
     old = prox_logp if cfg.off_policy_correction else behav_logp
     ratio = torch.exp(logp - old)
-    clipped = torch.clamp(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+    high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
+    clipped = torch.clamp(ratio, 1.0 - cfg.clip_eps, 1.0 + high)
     per_token = torch.maximum(-adv * ratio, -adv * clipped)
+    if cfg.dual_clip is not None:  # a negative advantage on a very large ratio: bounded loss
+        per_token = torch.where(adv < 0, torch.minimum(per_token, -cfg.dual_clip * adv), per_token)
     mask = mask.float()
+    scored = mask
     behav_w = torch.ones_like(logp)
+    stats = {}
     if cfg.off_policy_correction:
         behav_w = torch.exp(prox_logp - behav_logp).detach()
-        mask = mask * (behav_w <= cfg.behav_imp_weight_cap).float()
+        if cfg.behav_imp_weight_mode == "mask":
+            outside = (behav_w > cfg.behav_imp_weight_cap) | (behav_w < cfg.behav_imp_weight_floor)
+            mask = mask * (~outside).float()
+        else:
+            outside = behav_w > cfg.behav_imp_weight_cap
+            behav_w = behav_w.clamp(max=cfg.behav_imp_weight_cap)
         per_token = per_token * behav_w
-    stats = {}
+        stats["correction_frac"] = token_mean(outside.float(), scored).item()  # tokens masked or truncated
     if cfg.beta > 0:
         if ref_logp is None:
             raise ValueError("algorithm.beta > 0 needs reference log-probs")

@@ -104,3 +104,27 @@ def test_dr_grpo_divides_by_a_constant_per_sample():
     padded = MicroBatch(ids.view(2, 3), ids.view(2, 3), None, torch.tensor([[0, 1, 1], [0, 0, 0]]).float(), mask,
                         None, None, mask)
     assert padded.n_sequences == 1
+
+
+def test_clip_higher_and_dual_clip_by_hand():
+    logp = torch.log(torch.tensor([[1.5, 0.5, 4.0]]))
+    zero = torch.zeros_like(logp)
+    # A=+1, clip to [0.8, 1.28]: -min(1.5, 1.28), -min(.5, .8)... PPO takes max of the negated terms
+    loss, _ = _loss(logp, zero, zero, torch.tensor([1.0]), clip_eps_high=0.28)
+    assert loss.item() == pytest.approx((-1.28 - 0.5 - 1.28) / 3)
+    # A=-1: per token max(r, clip(r)) = [1.5, .8, 4.0]; dual clip 3 caps the last at 3
+    loss, _ = _loss(logp, zero, zero, torch.tensor([-1.0]), dual_clip=3.0)
+    assert loss.item() == pytest.approx((1.5 + 0.8 + 3.0) / 3)
+
+
+def test_truncated_and_banded_importance_weights_by_hand():
+    logp = torch.zeros(1, 3)
+    prox = torch.zeros(1, 3)
+    behav = torch.log(torch.tensor([[0.25, 1.0, 4.0]]))  # weights exp(prox - behav) = [4, 1, .25]
+    # truncate at 2: weights [2, 1, .25], every token kept; A=+1, ratio 1 -> per token -w
+    loss, stats = _loss(logp, behav, prox, torch.tensor([1.0]), behav_imp_weight_mode="truncate",
+                        behav_imp_weight_cap=2.0)
+    assert loss.item() == pytest.approx(-(2 + 1 + 0.25) / 3) and stats["correction_frac"] == pytest.approx(1 / 3)
+    # mask outside [.5, 2]: only the middle token stays
+    loss, stats = _loss(logp, behav, prox, torch.tensor([1.0]), behav_imp_weight_cap=2.0, behav_imp_weight_floor=0.5)
+    assert loss.item() == pytest.approx(-1.0) and stats["correction_frac"] == pytest.approx(2 / 3)
