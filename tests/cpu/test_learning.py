@@ -1,9 +1,8 @@
 """An asynchronous run on the real Ray pipeline whose held-out accuracy and sampled reward rise.
 
-The bars are about half the smallest gains of five repeats of this very run on the current sampler
-(`python -m benchmarks.learning_repeats --runs 5`, learning_repeats-20261201-065608.json: held-out gains
-0.17-0.395, reward gains 0.29-0.37). At 150 steps held-out accuracy did not reliably rise (gains
-0.0-0.165 over five repeats), so the run is 400 steps.
+The bars are about half (held-out) and three fifths (reward) of the smallest gains of three repeats of
+this very run at the default learning rate (`python -m benchmarks.learning_repeats --runs 3`,
+learning_repeats-20261201-102054.json: held-out gains 0.35-0.40, reward gains 0.234-0.237).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from pathlib import Path
 from benchmarks.learning_repeats import STEPS, TEST_RUN, reward_ends
 from rayrl.trainer import train
 
-EVAL_GAIN = 0.08  # held-out greedy accuracy, after minus before
+EVAL_GAIN = 0.17  # held-out greedy accuracy, after minus before
 REWARD_GAIN = 0.14  # mean sampled reward, last 25 steps minus first 25
 
 
