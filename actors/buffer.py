@@ -1,6 +1,7 @@
 """TrajectoryBuffer: the prompt queue, the leases of prompts being generated, and the refs of scored
 groups; admits new rollouts by the staleness rule. Prompts a dead rollout worker held go back to the
-front of the queue, and its counts stay balanced: produced = trained + waiting + failed + dropped_stale."""
+front of the queue, and its counts stay balanced:
+produced = trained + waiting + failed + dropped_stale + equal_rewards."""
 
 from __future__ import annotations
 
@@ -16,9 +17,14 @@ from rayrl.types import GroupMeta, Task, TrajectoryGroup
 
 @ray.remote(num_cpus=0)
 class TrajectoryBuffer:
-    def __init__(self, batch_size: int, max_staleness: int, version: int = 0, ledger: dict | None = None) -> None:
-        """version / ledger: where a resumed run stands (its trained groups count as accepted)."""
-        self.ledger = {"produced": 0, "trained": 0, "failed": 0, "dropped_stale": 0, "requeued": 0, **(ledger or {})}
+    def __init__(self, batch_size: int, max_staleness: int, version: int = 0, ledger: dict | None = None,
+                 drop_equal_rewards: bool = False) -> None:
+        """version / ledger: where a resumed run stands (its trained groups count as accepted).
+        drop_equal_rewards: dynamic sampling, groups whose rewards are all equal are not kept."""
+        self.ledger = {"produced": 0, "trained": 0, "failed": 0, "dropped_stale": 0, "equal_rewards": 0,
+                       "requeued": 0, **(ledger or {})}
+        self.drop_equal_rewards = drop_equal_rewards
+        self.dropped: list[str] = []  # task ids of groups dropped for equal rewards, until the driver asks
         accepted = self.ledger["trained"]
         self.manager = StalenessManager(batch_size, max_staleness, version, accepted)
         self.prompts: deque[Task] = deque()
@@ -78,6 +84,15 @@ class TrajectoryBuffer:
     async def put(self, worker: int, group: TrajectoryGroup, meta: GroupMeta) -> None:
         """A scored group, by value: the buffer puts it into the object store itself and so owns it,
         and it outlives the rollout worker that made it (the learners fetch it by ref)."""
+        if self.drop_equal_rewards and len({s.reward for s in group.samples}) <= 1:
+            async with self.changed:
+                self.leases.get(worker, {}).pop(meta.task_id, None)
+                self.manager.on_reject()  # its slot goes to a further prompt
+                self.ledger["produced"] += 1
+                self.ledger["equal_rewards"] += 1
+                self.dropped.append(meta.task_id)
+                self._publish()
+            return
         ref = ray.put(group)
         async with self.changed:
             self.leases.get(worker, {}).pop(meta.task_id, None)
@@ -125,6 +140,11 @@ class TrajectoryBuffer:
             self.prompts.appendleft(task)
             self.ledger["dropped_stale"] += 1
         self._publish()
+
+    async def take_dropped(self) -> list[str]:
+        """Task ids dropped for equal rewards since the last call (the driver stops tracking them)."""
+        out, self.dropped = self.dropped, []
+        return out
 
     async def set_version(self, version: int) -> None:
         async with self.changed:

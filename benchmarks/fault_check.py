@@ -63,7 +63,7 @@ def main() -> None:
         "kills": kills, "steps": summary["steps"], "rollout_restarts": summary["rollout_restarts"],
         "seen_after_kill_s": [r["seen_at"] - kills["rollout-0"]["at"] for r in recovery],
         "heal_s": [r["heal_s"] for r in recovery], "groups": g,
-        "ledger_balances": g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"],
+        "ledger_balances": g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"] + g["equal_rewards"],
         "tasks_trained_twice": len(ids) - len(set(ids)),
         "mismatch_max": [json.loads(x).get("mismatch_max") for x in
                                    (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()

@@ -72,6 +72,7 @@ class RolloutConfig(_Section):
     groups_per_call: int = Field(4, ge=1)  # prompt groups one engine call batches together
     max_concurrent_calls: int = Field(4, ge=1)  # engine calls a rollout worker runs at once
     prompt_lead_batches: int = Field(2, ge=1)  # prompt batches queued beyond what staleness admits
+    queue_check_s: float = Field(1.0, gt=0)  # while waiting for a batch: how often the driver checks workers and prompts
     eval_temperature: float = Field(0.0, ge=0)  # held-out evaluation; 0 is greedy
     eval_samples_per_task: int = Field(1, ge=1)  # accuracy is the share of correct samples
     request_timeout_s: float = Field(600.0, gt=0)  # past it a request is aborted, returned with its partial tokens
@@ -161,6 +162,9 @@ class AlgorithmConfig(_Section):
     behav_imp_weight_cap: float = Field(5.0, gt=0)
     behav_imp_weight_floor: float = Field(0.0, ge=0)  # mask mode only
     std_normalize: bool = True  # grpo only
+    # DAPO's dynamic sampling: groups whose rewards are all equal (no group-relative signal) are dropped,
+    # counted, and the batch is filled from further prompts instead
+    dynamic_sampling: bool = False
     eps: float = Field(1e-6, gt=0)
 
     @field_validator("type", mode="before")

@@ -76,7 +76,8 @@ class Trainer:
         self.template_ref = template_ref = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(self.model_path)))
         version = state.version if state else 0
         self.buffer = TrajectoryBuffer.options(**self._named("buffer", "service")).remote(
-            cfg.rollout.batch_size, cfg.rollout.max_staleness, version, state.ledger if state else None)
+            cfg.rollout.batch_size, cfg.rollout.max_staleness, version, state.ledger if state else None,
+            cfg.algorithm.dynamic_sampling)
         self.rewards = [RewardActor.options(**self._named(f"reward-{i}", "service"), max_restarts=cfg.reward.max_restarts,
                                             max_task_retries=cfg.reward.max_restarts).remote(cfg, i)
                         for i in range(cfg.reward.num_actors)]
@@ -136,9 +137,11 @@ class Trainer:
         meanwhile is restarted and rejoins, one whose loop failed raises here instead of hanging."""
         ref = self.buffer.get_batch.remote(self.cfg.rollout.batch_size)
         while not ray.wait([ref], timeout=0)[0]:
-            ray.wait([ref, *run_refs], num_returns=1)
+            ready, _ = ray.wait([ref, *run_refs], num_returns=1, timeout=self.cfg.rollout.queue_check_s)
             if dead := self.healer.dead(run_refs):
                 self.healer.heal(run_refs, dead)
+            if not ready and self.cfg.algorithm.dynamic_sampling:
+                self.top_up()
         items = sorted(ray.get(ref), key=lambda item: stream_position(item[1].task_id))
         self.untrained.difference_update(stream_position(meta.task_id) for _, meta in items)
         metas = [meta for _, meta in items]
@@ -147,6 +150,16 @@ class Trainer:
                                            "workers": [m.worker for m in metas]}) + "\n")
         self.trained_log.flush()  # on disk before the step's checkpoint can be
         return [wrapped for wrapped, _meta in items]
+
+    def top_up(self) -> None:
+        """Dynamic sampling uses more prompts than batch_size a step: keep a batch's worth queued."""
+        self.forget_dropped()
+        if ray.get(self.buffer.stats.remote())["queued"] < self.cfg.rollout.batch_size:
+            self.feed(self.prompts.fed + self.cfg.rollout.batch_size)
+
+    def forget_dropped(self) -> None:
+        """Groups dropped for equal rewards are done with: not pending, never regenerated."""
+        self.untrained.difference_update(stream_position(t) for t in ray.get(self.buffer.take_dropped.remote()))
 
     def sync(self, run_refs: list):
         """Weights to every rollout worker as v+1; a worker that died is restarted and the sync redone."""
@@ -170,6 +183,7 @@ class Trainer:
         tmp = checkpoint.begin(root, step)
         self.learners.save(str(tmp / "learner"))
         version = ray.get(self.broadcaster.current_version.remote())
+        self.forget_dropped()
         items, ledger = ray.get(self.buffer.snapshot.remote())
         groups = ray.get([wrapped[0] for wrapped, _ in items])
         state = RunState(step, version, self.prompts.fed, sorted(self.untrained), samples, acc_before, ledger,
@@ -282,13 +296,13 @@ class Trainer:
 
     def shutdown_rollouts(self, run_refs: list) -> dict:
         """Stop the loops, wake anything waiting on the buffer; returns the buffer's ledger, in which
-        produced = trained + unused + failed + dropped_stale (those groups' prompts were generated again)."""
+        produced = trained + unused + failed + dropped_stale + equal_rewards (dynamic sampling's drops)."""
         ray.get([w.stop.remote() for w in self.rollouts])
         ray.get(self.buffer.close.remote())
         totals = ray.get(run_refs)  # each loop waits for its groups still being scored
         self.rollout_totals = {k: sum(t[k] for t in totals) for k in totals[0]}
         stats = ray.get(self.buffer.stats.remote())
-        keys = ("produced", "trained", "failed", "dropped_stale", "requeued")
+        keys = ("produced", "trained", "failed", "dropped_stale", "equal_rewards", "requeued")
         return {k: stats[k] for k in keys} | {"unused": stats["waiting"]}
 
     def reward_failures(self) -> dict[str, int]:

@@ -63,7 +63,7 @@ def test_killed_rollout_worker_and_reward_actor_come_back(ray_cluster, make_cfg)
     assert run.error is None, run.error
     assert summary["steps"] == 10 and summary["rollout_restarts"] == [1, 0]
     g = summary["groups"]
-    assert g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"] and g["trained"] == 10 * 8
+    assert g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"] + g["equal_rewards"] and g["trained"] == 10 * 8
     trained = _lines(run.dir / "trained.jsonl")
     ids = [t for rec in trained for t in rec["tasks"]]
     assert len(ids) == len(set(ids)) == 80, "a task was trained twice or a step lost groups"

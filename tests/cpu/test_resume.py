@@ -109,4 +109,4 @@ def test_async_run_survives_sigterm_and_sigkill_without_losing_or_repeating_a_pr
     ids = [t for rec in trained for t in rec["tasks"]]
     assert [r["step"] for r in trained] == list(range(1, 9)) and len(ids) == len(set(ids)) == 64
     g = summary["groups"]
-    assert g["trained"] == 64 and g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"], g
+    assert g["trained"] == 64 and g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"] + g["equal_rewards"], g
