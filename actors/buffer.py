@@ -29,6 +29,7 @@ class TrajectoryBuffer:
         self.manager = StalenessManager(batch_size, max_staleness, version, accepted)
         self.prompts: deque[Task] = deque()
         self.leases: dict[int, dict[str, Task]] = {}  # rollout worker -> the prompts it is generating
+        self.lives: dict[int, int] = {}  # rollout worker -> its current life (restarts so far)
         self.items: deque[tuple[ray.ObjectRef, GroupMeta, Task]] = deque()  # finished, scored groups
         self.changed = asyncio.Condition()
         self.closed = False
@@ -54,22 +55,31 @@ class TrajectoryBuffer:
             self.prompts.extend(tasks)
             self._publish()
 
-    async def take(self, worker: int, n: int) -> list[Task]:
+    async def take(self, worker: int, n: int, life: int = 0) -> list[Task]:
         """Wait until a group may start and a prompt is queued; lease up to n prompts to the worker.
-        [] means the buffer closed."""
+        [] means the buffer closed, or the call came from a life of the worker that has since died (a
+        dead worker's pending call must not lease prompts nobody will generate)."""
+        def stale() -> bool:
+            return life != self.lives.get(worker, 0)
+
         async with self.changed:
-            await self.changed.wait_for(lambda: self.closed or (self.prompts and self.manager.capacity() > 0))
-            if self.closed:
+            await self.changed.wait_for(lambda: self.closed or stale() or (self.prompts and self.manager.capacity() > 0))
+            if self.closed or stale():
                 return []
             granted = self.manager.try_admit(min(n, len(self.prompts)))
             tasks = [self.prompts.popleft() for _ in range(granted)]
             self.leases.setdefault(worker, {}).update((t.id, t) for t in tasks)
             return tasks
 
-    async def requeue(self, worker: int) -> int:
-        """The worker died or failed: its leased prompts go back to the front of the queue."""
+    async def requeue(self, worker: int, task_ids: list[str] | None = None) -> int:
+        """The worker died (all its leased prompts) or one of its calls failed (task_ids): those prompts
+        go back to the front of the queue."""
         async with self.changed:
-            tasks = list(self.leases.pop(worker, {}).values())
+            if task_ids is None:  # a new life begins: calls still pending from the old one lease nothing
+                self.lives[worker] = self.lives.get(worker, 0) + 1
+            held = self.leases.get(worker, {})
+            ids = list(held) if task_ids is None else [i for i in task_ids if i in held]
+            tasks = [held.pop(i) for i in ids]
             self._give_back(tasks)
             return len(tasks)
 

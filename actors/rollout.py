@@ -30,8 +30,8 @@ class RolloutWorker:
         """Also what a restart runs: the engine comes back with model_path's weights and no sync group,
         and generates nothing until the driver has it rejoin and load the current weights."""
         self.index, self.cfg = index, cfg
-        restarted = ray.get_runtime_context().was_current_actor_reconstructed
-        self.label = f"rollout-{index}" + (" restarted" if restarted else "")
+        self.label = f"rollout-{index}"  # "rollout-0 restart 1" once the driver brought it back
+        self.life = 0  # restarts so far, set by the driver: the buffer ignores calls of earlier lives
         self.template, self.buffer, self.rewards = template, buffer, rewards
         engine_cls = resolve(ROLLOUT_ENGINES, cfg.model.backend, "model.backend")
         self.engine = engine_cls(model_path, cfg, num_threads, template.tokenizer)
@@ -92,7 +92,7 @@ class RolloutWorker:
         """The continuous loop: lease prompts -> generate -> score and hand to the buffer, until stopped."""
         r = self.cfg.rollout
         while not self.stopped and self.scoring_error is None:
-            tasks = await self.buffer.take.remote(self.index, r.groups_per_call)
+            tasks = await self.buffer.take.remote(self.index, r.groups_per_call, self.life)
             if not tasks:  # the buffer closed
                 break
             try:
@@ -102,7 +102,7 @@ class RolloutWorker:
             except Exception:
                 self.totals["errors"] += 1
                 self.metrics.inc("rollout_errors_total")
-                await self.buffer.requeue.remote(self.index)
+                await self.buffer.requeue.remote(self.index, [t.id for t in tasks])  # this call's prompts only
                 raise
             for g in groups:
                 reward = self.rewards[self.totals["groups"] % len(self.rewards)]
@@ -149,6 +149,11 @@ class RolloutWorker:
     @ray.method(concurrency_group="ctrl")
     async def resume(self) -> None:
         await self.engine.resume()
+
+    @ray.method(concurrency_group="ctrl")
+    def mark_restart(self, count: int) -> None:
+        """Set by the driver after a restart: this worker's groups say which life made them."""
+        self.label, self.life = f"rollout-{self.index} restart {count}", count
 
     @ray.method(concurrency_group="ctrl")
     def health(self) -> dict:

@@ -110,8 +110,9 @@ class RolloutHealer:
             self._await_restart(i, deadline)
         ray.get(self.broadcaster.rejoin.remote())
         for i in dead:
-            run_refs[i] = self.rollouts[i].run.remote()
             self.restarts[i] += 1
+            ray.get(self.rollouts[i].mark_restart.remote(self.restarts[i]))
+            run_refs[i] = self.rollouts[i].run.remote()
             self.recoveries.append({"worker": f"rollout-{i}", "seen_at": seen_at, "heal_s": time.perf_counter() - t0})
             print(f"rayrl: rollout-{i} restarted (restart {self.restarts[i]}); rejoined at the current "
                   "weights, its prompts requeued", flush=True)

@@ -59,7 +59,7 @@ class GroupMeta(msgspec.Struct, frozen=True):
 
     task_id: str
     version: int  # oldest policy version among its tokens: the buffer checks it against the staleness bound
-    worker: str = ""  # the rollout worker that generated it ("rollout-0", "rollout-0 restarted")
+    worker: str = ""  # the rollout worker that generated it ("rollout-0", "rollout-0 restart 1")
 
 
 class Batch(msgspec.Struct):

@@ -70,7 +70,7 @@ def test_killed_rollout_worker_and_reward_actor_come_back(ray_cluster, make_cfg)
     # the restarted worker generated only after it had the current weights: its first groups carry the
     # version of that moment (not the initial 0), and every step's fresh tokens match the learner's log-probs
     first = next((rec["step"], v) for rec in trained for w, v in zip(rec["workers"], rec["versions"])
-                 if w == "rollout-0 restarted")
+                 if w == "rollout-0 restart 1")
     assert first[0] >= killed_at and first[1] == first[0] - 1, f"restarted worker's first group: (step, version) {first}"
     diffs = [r["mismatch_max"] for r in _lines(run.dir / "metrics.jsonl") if "step" in r]
     assert len(diffs) == 10 and max(diffs) <= 1e-5, diffs

@@ -81,3 +81,28 @@ def test_buffer_drops_a_group_that_came_back_past_the_staleness_bound(ray_cluste
     stats = ray.get(buffer.stats.remote())
     assert (stats["produced"], stats["trained"], stats["dropped_stale"], stats["leased"]) == (3, 2, 1, 1)
     ray.kill(buffer)
+
+
+def test_requeue_gives_back_a_failed_calls_prompts_or_all_a_dead_workers(ray_cluster):
+    buffer = TrajectoryBuffer.remote(batch_size=4, max_staleness=0)
+    ray.get(buffer.feed.remote([Task(i, "", "") for i in "abcd"]))
+    assert [t.id for t in ray.get(buffer.take.remote(0, 3))] == ["a", "b", "c"]
+    assert ray.get(buffer.requeue.remote(0, ["b", "z"])) == 1  # a failed call's prompts; unknown ids ignored
+    assert [t.id for t in ray.get(buffer.take.remote(1, 2))] == ["b", "d"]
+    assert ray.get(buffer.requeue.remote(0)) == 2  # worker 0 died: "a" and "c" go back, in order
+    stats = ray.get(buffer.stats.remote())
+    assert (stats["queued"], stats["leased"], stats["requeued"], stats["running"]) == (2, 2, 3, 2)
+    ray.kill(buffer)
+
+
+def test_a_dead_workers_pending_take_leases_nothing(ray_cluster):
+    """A take() a worker sent before it died may still be waiting in the buffer; once the worker's
+    prompts are requeued it must come back empty, not lease prompts nobody will generate."""
+    buffer = TrajectoryBuffer.remote(batch_size=1, max_staleness=0)
+    ray.get(buffer.feed.remote([Task(i, "", "") for i in "ab"]))
+    assert [t.id for t in ray.get(buffer.take.remote(0, 1))] == ["a"]
+    ghost = buffer.take.remote(0, 1)  # no capacity until version 1: it waits
+    assert ray.get(buffer.requeue.remote(0)) == 1  # worker 0 died
+    assert ray.get(ghost) == []
+    assert [t.id for t in ray.get(buffer.take.remote(0, 1, 1))] == ["a"]  # its next life
+    ray.kill(buffer)
