@@ -22,6 +22,8 @@ from rayrl.placement import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = {"rollout-0", "reward-0", "learner-0", "buffer", "broadcaster"}
+# rollout-0's sample counter with both tags (other rollout-0 series, exported earlier, do not count)
+SAMPLES = re.compile(r'rayrl_rollout_samples_total\{(?=[^}]*role="rollout")(?=[^}]*worker="rollout-0")')
 
 
 @pytest.fixture(scope="module")
@@ -118,18 +120,18 @@ def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
                                     text=True, timeout=60)
             if actors.returncode == 0 and actors.stdout.lstrip().startswith("["):  # else "No resource ..."
                 seen_roles |= {a.get("name") for a in json.loads(actors.stdout)}
-            if 'worker="rollout-0"' not in metrics:
+            if not SAMPLES.search(metrics):
                 metrics = _scrape(ports["metrics-export-port"])
             time.sleep(1)
         deadline = time.monotonic() + 60  # the metrics agent exports with a lag; give it time after the job
-        while 'worker="rollout-0"' not in metrics and time.monotonic() < deadline:
+        while not SAMPLES.search(metrics) and time.monotonic() < deadline:
             metrics = _scrape(ports["metrics-export-port"])
             time.sleep(2)
         logs = subprocess.run([*ray_cli, "job", "logs", "--address", dashboard, job], env=env, capture_output=True,
                               text=True, timeout=60).stdout
         assert "succeeded" in status, f"{status}\n{logs[-3000:]}"
         assert ROLES <= seen_roles, seen_roles
-        assert re.search(r'rayrl_rollout_samples_total\{(?=[^}]*role="rollout")(?=[^}]*worker="rollout-0")', metrics), metrics[-2000:]
+        assert SAMPLES.search(metrics), metrics[-2000:]
         assert json.loads((runs / "job" / "summary.json").read_text())["steps"] == 150
     finally:
         os.killpg(head.pid, signal.SIGTERM)
