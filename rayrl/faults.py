@@ -38,20 +38,19 @@ def wait_all(refs: list[ray.ObjectRef], names: list[str], what: str, timeout_s: 
 
 
 class ActorFailed(RuntimeError):
-    """A call to a named actor failed; died: the actor itself is gone (restarting, or for good)."""
+    """A call to a named actor failed; name says which actor."""
 
-    def __init__(self, message: str, name: str = "", died: bool = False) -> None:
+    def __init__(self, message: str, name: str = "") -> None:
         super().__init__(message)
-        self.name, self.died = name, died
+        self.name = name
 
-    def __reduce__(self):  # crosses actor boundaries with its fields
-        return ActorFailed, (str(self), self.name, self.died)
+    def __reduce__(self):  # crosses actor boundaries with its name
+        return ActorFailed, (str(self), self.name)
 
 
 def _failed(name: str, what: str, err: Exception) -> ActorFailed:
     first = (str(err).strip().splitlines() or [""])[-1][:300]
-    return ActorFailed(f"{what} failed on {name}: {type(err).__name__}: {first}", name,
-                       isinstance(err, ray.exceptions.RayActorError))
+    return ActorFailed(f"{what} failed on {name}: {type(err).__name__}: {first}", name)
 
 
 class StopRequest:
@@ -85,7 +84,6 @@ class RolloutHealer:
         self.restart_timeout_s = restart_timeout_s
         self.restarts = [0] * len(rollouts)
         self.recoveries: list[dict] = []  # when each death was seen and how long bringing it back took
-        self.requeued = 0
 
     def dead(self, run_refs: list) -> list[int]:
         """Workers whose loop ended by the actor's death; a loop that raised or returned early raises."""
@@ -104,7 +102,7 @@ class RolloutHealer:
     def heal(self, run_refs: list, dead: list[int]) -> None:
         seen_at, t0 = time.time(), time.perf_counter()
         for i in dead:
-            self.requeued += ray.get(self.buffer.requeue.remote(i))
+            ray.get(self.buffer.requeue.remote(i))  # counted in the buffer's ledger
         deadline = time.monotonic() + self.restart_timeout_s
         for i in dead:
             self._await_restart(i, deadline)
