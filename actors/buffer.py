@@ -25,6 +25,7 @@ class TrajectoryBuffer:
                        "requeued": 0, **(ledger or {})}
         self.drop_equal_rewards = drop_equal_rewards
         self.dropped: list[str] = []  # task ids of groups dropped for equal rewards, until the driver asks
+        self.dropped_rewards = [0.0, 0]  # their samples' reward sum and count, until the driver asks
         accepted = self.ledger["trained"]
         self.manager = StalenessManager(batch_size, max_staleness, version, accepted)
         self.prompts: deque[Task] = deque()
@@ -101,6 +102,8 @@ class TrajectoryBuffer:
                 self.ledger["produced"] += 1
                 self.ledger["equal_rewards"] += 1
                 self.dropped.append(meta.task_id)
+                self.dropped_rewards[0] += sum(s.reward for s in group.samples)
+                self.dropped_rewards[1] += len(group.samples)
                 self._publish()
             return
         ref = ray.put(group)
@@ -151,10 +154,12 @@ class TrajectoryBuffer:
             self.ledger["dropped_stale"] += 1
         self._publish()
 
-    async def take_dropped(self) -> list[str]:
-        """Task ids dropped for equal rewards since the last call (the driver stops tracking them)."""
-        out, self.dropped = self.dropped, []
-        return out
+    async def take_dropped(self) -> tuple[list[str], float, int]:
+        """Task ids dropped for equal rewards since the last call (the driver stops tracking them), with
+        their samples' reward sum and count (the sampled reward counts them)."""
+        ids, (total, n) = self.dropped, self.dropped_rewards
+        self.dropped, self.dropped_rewards = [], [0.0, 0]
+        return ids, total, n
 
     async def set_version(self, version: int) -> None:
         async with self.changed:

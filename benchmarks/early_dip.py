@@ -22,7 +22,7 @@ SETUPS = {"32x8": ["learner.total_steps=40"],
 BASE = ["data.eval_size=200", "rollout.max_staleness=1", "metrics.progress=false", "checkpoint.save_final=false",
         "scheduler.include_dashboard=false", "checkpoint.resume=never"]
 BLOCK = 10
-SERIES = ("reward_mean", "equal_reward_groups", "response_len_mean", "sampled_nll_mean")
+SERIES = ("sampled_reward_mean", "reward_mean", "equal_reward_groups", "response_len_mean", "sampled_nll_mean")
 
 
 def blocks(run_dir: Path) -> dict[str, list[float]]:

@@ -26,8 +26,8 @@ WINDOW = 25  # steps averaged at each end of the run
 
 def reward_ends(run_dir: Path) -> tuple[float, float]:
     steps = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "step" in r]
-    return (sum(s["reward_mean"] for s in steps[:WINDOW]) / WINDOW,
-            sum(s["reward_mean"] for s in steps[-WINDOW:]) / WINDOW)
+    return (sum(s["sampled_reward_mean"] for s in steps[:WINDOW]) / WINDOW,
+            sum(s["sampled_reward_mean"] for s in steps[-WINDOW:]) / WINDOW)
 
 
 def spread(values: list[float]) -> dict:

@@ -163,8 +163,9 @@ class AlgorithmConfig(_Section):
     behav_imp_weight_floor: float = Field(0.0, ge=0)  # mask mode only
     std_normalize: bool = True  # grpo only
     # DAPO's dynamic sampling: groups whose rewards are all equal (no group-relative signal) are dropped,
-    # counted, and the batch is filled from further prompts instead
-    dynamic_sampling: bool = False
+    # counted, and the batch is filled from further prompts instead. On by default: without it short runs
+    # got worse first (early_dip: 8 x 4 held-out 0.20 -> 0.10-0.18 after 60 steps; with it 0.24-0.25)
+    dynamic_sampling: bool = True
     eps: float = Field(1e-6, gt=0)
 
     @field_validator("type", mode="before")
@@ -221,6 +222,7 @@ class MetricsConfig(_Section):
     run_dir: str = "runs"
     run_name: str | None = None
     progress: bool = True
+    eval_every_steps: int = Field(0, ge=0)  # held-out accuracy every N steps into metrics.jsonl; 0: before and after only
     wandb: bool = False
     wandb_project: str = "rayrl"
     wandb_mode: Literal["offline", "online"] = "offline"  # online needs a logged-in wandb (WANDB_API_KEY)

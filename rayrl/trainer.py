@@ -99,6 +99,7 @@ class Trainer:
         self.healer = RolloutHealer(self.rollouts, self.buffer, self.broadcaster, cfg.rollout.restart_timeout_s)
         self.prompts = PromptStream(self.train_tasks, cfg.data.seed)
         self.untrained: set[int] = set()  # stream positions fed and not trained yet
+        self.dropped_rewards = [0.0, 0]  # reward sum and count of samples dropped for equal rewards
         if state is not None:
             self.learners.load(str(self.resume_from / "learner"))
             ray.get(self.broadcaster.publish.remote(version))  # rollout workers take the checkpoint's weights
@@ -158,8 +159,18 @@ class Trainer:
             self.feed(self.prompts.fed + self.cfg.rollout.batch_size)
 
     def forget_dropped(self) -> None:
-        """Groups dropped for equal rewards are done with: not pending, never regenerated."""
-        self.untrained.difference_update(stream_position(t) for t in ray.get(self.buffer.take_dropped.remote()))
+        """Groups dropped for equal rewards are done with: not pending, never regenerated; their rewards
+        still count in the step's sampled reward."""
+        ids, total, n = ray.get(self.buffer.take_dropped.remote())
+        self.untrained.difference_update(stream_position(t) for t in ids)
+        self.dropped_rewards = [self.dropped_rewards[0] + total, self.dropped_rewards[1] + n]
+
+    def sampled_reward(self, stats: dict) -> float:
+        """The mean reward of every sample scored since the last step: the trained batch and the groups
+        dynamic sampling dropped (without dynamic sampling, the batch's reward_mean)."""
+        self.forget_dropped()
+        (total, n), self.dropped_rewards = self.dropped_rewards, [0.0, 0]
+        return (stats["reward_mean"] * stats["samples"] + total) / (stats["samples"] + n)
 
     def sync(self, run_refs: list):
         """Weights to every rollout worker as v+1; a worker that died is restarted and the sync redone."""
@@ -249,7 +260,7 @@ class Trainer:
         B, lead = cfg.rollout.batch_size, cfg.rollout.max_staleness + cfg.rollout.prompt_lead_batches
         self.feed((lead + first - 1) * B)
         run_refs = [w.run.remote() for w in self.rollouts]
-        t_loop, timings = time.perf_counter(), {"wait_s": 0.0, "train_s": 0.0, "sync_s": 0.0}
+        t_loop, timings = time.perf_counter(), {"wait_s": 0.0, "train_s": 0.0, "sync_s": 0.0, "eval_s": 0.0}
         loop_samples = 0
         for step in range(first, cfg.learner.total_steps + 1):
             self.step = step
@@ -266,8 +277,14 @@ class Trainer:
             timings["wait_s"] += t1 - t0
             timings["train_s"] += t2 - t1
             timings["sync_s"] += t3 - t2
-            rec = {"step": step, **stats, "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds,
+            rec = {"step": step, **stats, "sampled_reward_mean": self.sampled_reward(stats), "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds,
                    "step_s": t3 - t0, "samples_per_s": loop_samples / (t3 - t_loop)}
+            eval_every = cfg.metrics.eval_every_steps
+            if eval_every and step % eval_every == 0 and step < cfg.learner.total_steps:  # the last is the summary's
+                t_eval = time.perf_counter()
+                rec["eval_accuracy"] = self.evaluate(self.eval_tasks)
+                timings["eval_s"] += time.perf_counter() - t_eval
+            rec["elapsed_s"] = time.perf_counter() - t_loop - timings["eval_s"]  # training time, evaluations left out
             log.write(rec)
             progress.update(rec)
             self.publish_metrics(rec, synced)
