@@ -28,7 +28,29 @@ def collate(groups: list[TrajectoryGroup], pad_id: int) -> Batch:
         versions[b, p: p + c] = torch.tensor(s.versions)
         group_index[b] = gid[id(g)]
     rewards = torch.tensor([s.reward for _, s in rows], dtype=torch.float32)
-    return Batch(ids, attn, loss_mask, behav, versions, rewards, group_index)
+    truncated = torch.tensor([s.finish_reason == "length" for _, s in rows])
+    return Batch(ids, attn, loss_mask, behav, versions, rewards, group_index, truncated)
+
+
+def completion_values(batch: Batch, values: torch.Tensor, groups: list[TrajectoryGroup]) -> dict[str, list[list[float]]]:
+    """A [B, T] tensor as, per task id, each sample's values on its completion tokens (what crosses
+    from one learner group to another: the two may shard the groups differently)."""
+    out, b = {}, 0
+    for g in groups:
+        out[g.task.id] = [values[b + i][batch.loss_mask[b + i] > 0].tolist() for i in range(len(g.samples))]
+        b += len(g.samples)
+    return out
+
+
+def place_completion_values(batch: Batch, groups: list[TrajectoryGroup], by_task: dict[str, list[list[float]]]
+                            ) -> torch.Tensor:
+    """The reverse of completion_values: [B, T], 0 off the completion tokens."""
+    out, b = torch.zeros_like(batch.loss_mask), 0
+    for g in groups:
+        for i, vals in enumerate(by_task[g.task.id]):
+            out[b + i][batch.loss_mask[b + i] > 0] = torch.tensor(vals, dtype=out.dtype)
+        b += len(g.samples)
+    return out
 
 
 def batch_stats(batch: Batch, learner_version: int) -> dict[str, float]:

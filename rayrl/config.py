@@ -145,33 +145,80 @@ class LearnerConfig(_Section):
 
 ALGORITHM_ALIASES = {"DR-GRPO": "dr_grpo", "DR_GRPO": "dr_grpo", "REINFORCE++": "reinforce_pp"}  # spellings seen in the wild
 
+# what each algorithm.type sets when its key is left at None: (clip_eps, clip_eps_high, loss_agg)
+TYPE_DEFAULTS = {
+    "grpo": (0.2, 0.2, "token_mean"),
+    "dr_grpo": (0.2, 0.2, "seq_mean_token_sum_norm"),  # no length normalisation
+    "dapo": (0.2, 0.28, "token_mean"),  # clip-higher
+    "rloo": (0.2, 0.2, "token_mean"),
+    "reinforce_pp": (0.2, 0.2, "token_mean"),
+    "gspo": (3e-4, 4e-4, "seq_mean_token_mean"),  # the GSPO paper's sequence-ratio clip range
+    "ppo": (0.2, 0.2, "token_mean"),
+}
+
 
 class AlgorithmConfig(_Section):
-    # the advantage estimator: grpo (group mean and std), dr_grpo (group mean only; the loss divides by
-    # a constant, samples x rollout.max_new_tokens, not by the tokens present), rloo (leave-one-out mean),
-    # reinforce_pp (batch-normalised); "DR-GRPO" is read as dr_grpo, "REINFORCE++" as reinforce_pp
-    type: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = "grpo"
-    beta: float = Field(0.0, ge=0)  # KL to the frozen reference; 0 skips the reference model
-    clip_eps: float = Field(0.2, gt=0)  # PPO clip, the low side: ratio >= 1 - clip_eps
-    clip_eps_high: float | None = Field(None, gt=0)  # the high side (DAPO's clip-higher: 0.28); None: clip_eps
+    """The advantage estimator and the policy loss. Keys left at None take algorithm.type's value from
+    TYPE_DEFAULTS; the README's algorithm table says what each type is and when to choose it."""
+
+    # grpo: group mean and std; dr_grpo: group mean only, loss divided by samples x max_new_tokens;
+    # dapo: grpo with clip-higher (plus dynamic sampling, on for every type); rloo: leave-one-out mean;
+    # reinforce_pp: batch-normalised token returns; gspo: grpo advantages, sequence-level ratio and clip;
+    # ppo: GAE over a learned critic (a value-head model trained by a second learner group).
+    # "DR-GRPO" is read as dr_grpo, "REINFORCE++" as reinforce_pp
+    type: Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "gspo", "ppo"] = "grpo"
+    clip_eps: float | None = Field(None, gt=0)  # PPO clip, the low side: ratio >= 1 - clip_eps
+    clip_eps_high: float | None = Field(None, gt=0)  # the high side (DAPO's clip-higher); None: the type's
     dual_clip: float | None = Field(None, gt=1)  # for negative advantages, the loss is at most dual_clip * |A|
+    # token_mean: every token weighs the same; seq_mean_token_mean: each sequence's token mean, averaged;
+    # seq_mean_token_sum_norm: token sums / (sequences x rollout.max_new_tokens); group_mean_token_mean: each
+    # group's token mean, averaged over groups
+    loss_agg: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "group_mean_token_mean"] \
+        | None = None
+    entropy_coef: float = Field(0.0, ge=0)  # bonus: the loss subtracts entropy_coef x the token entropy
+    # KL to the frozen reference; 0 skips the reference model. k1: log(p/ref), k2: (log(p/ref))^2 / 2,
+    # k3: ref/p - 1 - log(ref/p); in the loss, or (kl_in_reward) subtracted from the reward, per token
+    beta: float = Field(0.0, ge=0)
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_in_reward: bool = False
     off_policy_correction: bool = True  # decoupled PPO: behaviour / proximal / current policies
-    # the behaviour importance weight exp(proximal - behaviour) per token, with off_policy_correction:
-    # mask drops tokens outside [floor, cap] (masked IS, IcePop's band); truncate caps it at cap (TIS)
+    # the behaviour importance weight exp(proximal - behaviour), with off_policy_correction: mask drops
+    # tokens (or sequences) outside [floor, cap] (masked IS, IcePop's band); truncate caps it at cap (TIS).
+    # level token: a weight per token; sequence: the product over the sequence's tokens, for all of them
     behav_imp_weight_mode: Literal["mask", "truncate"] = "mask"
+    behav_imp_weight_level: Literal["token", "sequence"] = "token"
     behav_imp_weight_cap: float = Field(5.0, gt=0)
     behav_imp_weight_floor: float = Field(0.0, ge=0)  # mask mode only
-    std_normalize: bool = True  # grpo only
+    std_normalize: bool = True  # grpo, dapo and gspo
     # DAPO's dynamic sampling: groups whose rewards are all equal (no group-relative signal) are dropped,
     # counted, and the batch is filled from further prompts instead. On by default: without it short runs
     # got worse first (early_dip: 8 x 4 held-out 0.20 -> 0.10-0.18 after 60 steps; with it 0.24-0.25)
     dynamic_sampling: bool = True
+    # DAPO's overlong shaping: overlong_filter leaves samples cut at max_new_tokens out of the loss; a soft
+    # penalty falls linearly from 0 to -overlong_penalty over the last overlong_buffer tokens (0: off)
+    overlong_filter: bool = False
+    overlong_buffer: int = Field(0, ge=0)
+    overlong_penalty: float = Field(1.0, ge=0)
+    # ppo: generalised advantage estimation and the critic's value loss (clipped around the old values)
+    gae_gamma: float = Field(1.0, ge=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    value_clip: float = Field(0.2, gt=0)
+    critic_lr: float = Field(1e-4, gt=0)  # the critic's learning rate; the rest of learner.* applies to it too
     eps: float = Field(1e-6, gt=0)
 
     @field_validator("type", mode="before")
     @classmethod
     def _alias(cls, value):
         return ALGORITHM_ALIASES.get(value.upper(), value) if isinstance(value, str) else value
+
+    def clip_range(self) -> tuple[float, float]:
+        """(low, high) of the ratio clip, the type's defaults filling what is unset."""
+        low, high, _ = TYPE_DEFAULTS[self.type]
+        low = self.clip_eps if self.clip_eps is not None else low
+        return low, self.clip_eps_high if self.clip_eps_high is not None else (high if self.clip_eps is None else low)
+
+    def aggregation(self) -> str:
+        return self.loss_agg or TYPE_DEFAULTS[self.type][2]
 
 
 class SyncConfig(_Section):
@@ -254,6 +301,9 @@ class Config(_Section):
         if self.sync.transport == "nccl" and not (gpus and self.model.backend == "vllm"):
             raise ValueError("sync.transport=nccl needs GPUs (cluster.n_gpus_per_node > 0) and model.backend=vllm; "
                              "on CPU or with model.backend=hf use sync.transport=gloo")
+        if self.algorithm.overlong_buffer >= self.rollout.max_new_tokens:
+            raise ValueError(f"algorithm.overlong_buffer ({self.algorithm.overlong_buffer}) must be below "
+                             f"rollout.max_new_tokens ({self.rollout.max_new_tokens})")
         if self.rollout.tensor_parallel_size > 1 and not (gpus and self.model.backend == "vllm"):
             raise ValueError("rollout.tensor_parallel_size > 1 needs model.backend=vllm and GPUs "
                              "(cluster.n_gpus_per_node > 0)")

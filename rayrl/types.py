@@ -72,7 +72,8 @@ class Batch(msgspec.Struct):
     versions: Any  # [B, T] long, aligned with loss_mask
     rewards: Any  # [B] float
     group_index: Any  # [B] long: which group each row belongs to
-    advantages: Any = None  # [B] float, filled by the algorithm
+    truncated: Any = None  # [B] bool: cut at max_new_tokens (finish_reason "length")
+    advantages: Any = None  # [B, T] float, filled by the algorithm
     prox_logprobs: Any = None
     ref_logprobs: Any = None
 

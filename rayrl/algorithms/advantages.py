@@ -1,5 +1,5 @@
-"""Sequence-level advantage estimators, one per algorithm.type; each maps the batch's rewards [B] and
-group index [B] to advantages [B] that every token of the sample carries."""
+"""Advantage estimators, one per algorithm.type: the batch's rewards [B] (and, for some, per-token KL
+penalties and critic values [B, T]) -> advantages [B, T] on the scored tokens, 0 elsewhere."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 
+from rayrl.algorithms.value import gae
 from rayrl.config import AlgorithmConfig
 
 
@@ -35,19 +36,50 @@ def leave_one_out_advantages(rewards: torch.Tensor, group_index: torch.Tensor) -
     return torch.where(n > 1, rewards - others, torch.zeros_like(rewards))
 
 
-def batch_normalized_advantages(rewards: torch.Tensor, eps: float) -> torch.Tensor:
-    """REINFORCE++: (r - batch mean) / (batch std + eps), population std."""
-    centred = rewards - rewards.mean()
-    return centred / (centred.pow(2).mean().sqrt() + eps)
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
+    """(x - mean) / (std + eps) over the masked entries (population std); 0 outside the mask."""
+    n = mask.sum().clamp(min=1.0)
+    mean = (values * mask).sum() / n
+    std = (((values - mean) * mask) ** 2).sum().div(n).sqrt()
+    return (values - mean) / (std + eps) * mask
 
 
-ADVANTAGES: dict[str, Callable[[torch.Tensor, torch.Tensor, AlgorithmConfig], torch.Tensor]] = {
+def last_token(mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] one-hot of each row's last scored token (rows without one: all 0)."""
+    return ((mask.cumsum(-1) == mask.sum(-1, keepdim=True)) & (mask > 0)).float()
+
+
+def reverse_cumsum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Entry t: the sum of values[t:] over the mask (undiscounted returns to go)."""
+    return (values * mask).flip(-1).cumsum(-1).flip(-1) * mask
+
+
+# sequence-level estimators: the sequence's reward (minus its KL when kl_in_reward) -> one advantage [B]
+SEQUENCE_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, AlgorithmConfig], torch.Tensor]] = {
     "grpo": lambda r, g, cfg: group_advantages(r, g, cfg.std_normalize, cfg.eps),
+    "dapo": lambda r, g, cfg: group_advantages(r, g, cfg.std_normalize, cfg.eps),
+    "gspo": lambda r, g, cfg: group_advantages(r, g, cfg.std_normalize, cfg.eps),
     "dr_grpo": lambda r, g, cfg: group_advantages(r, g, False, cfg.eps),  # no std, no length normalisation
     "rloo": lambda r, g, cfg: leave_one_out_advantages(r, g),
-    "reinforce_pp": lambda r, g, cfg: batch_normalized_advantages(r, cfg.eps),
 }
 
 
-def advantages(rewards: torch.Tensor, group_index: torch.Tensor, cfg: AlgorithmConfig) -> torch.Tensor:
-    return ADVANTAGES[cfg.type](rewards, group_index, cfg)
+def advantages(rewards: torch.Tensor, group_index: torch.Tensor, mask: torch.Tensor, cfg: AlgorithmConfig,
+               kl: torch.Tensor | None = None, values: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(advantages [B, T], returns [B, T] for the critic or None). kl: per-token KL to the reference,
+    charged to the reward as -beta * kl when kl_in_reward; values: the critic's, for ppo."""
+    penalty = -cfg.beta * kl * mask if (cfg.kl_in_reward and kl is not None) else torch.zeros_like(mask)
+    if cfg.type in SEQUENCE_ESTIMATORS:
+        seq = SEQUENCE_ESTIMATORS[cfg.type](rewards + penalty.sum(-1), group_index, cfg)
+        return seq.unsqueeze(1) * mask, None
+    if cfg.type == "reinforce_pp":  # REINFORCE++: token returns to go, normalised over the batch's tokens
+        returns = rewards.unsqueeze(1) * mask + reverse_cumsum(penalty, mask)
+        return masked_whiten(returns, mask, cfg.eps), None
+    if cfg.type == "ppo":
+        if values is None:
+            raise ValueError("algorithm.type=ppo needs the critic's values")
+        token_rewards = penalty + rewards.unsqueeze(1) * last_token(mask)
+        adv, returns = gae(token_rewards, values, mask, cfg.gae_gamma, cfg.gae_lambda)
+        return masked_whiten(adv, mask, cfg.eps), returns
+    raise ValueError(f"unknown algorithm.type {cfg.type!r}")

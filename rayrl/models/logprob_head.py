@@ -36,6 +36,19 @@ def _chunk_grad(z: torch.Tensor, lse: torch.Tensor, g: torch.Tensor, targets: to
     return ((-g[:, None] * p).scatter_add(-1, targets[:, None], g[:, None]) * inv_t).to(dtype)
 
 
+def _chunk_entropy(z: torch.Tensor, lse: torch.Tensor, inv_t: float) -> torch.Tensor:
+    """Entropy [n] of softmax(z / T): lse - E_p[z / T]."""
+    zt = z * inv_t
+    return lse - (torch.exp(zt - lse[:, None]) * zt).sum(-1)
+
+
+def _chunk_entropy_grad(z: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor, g: torch.Tensor,
+                        inv_t: float) -> torch.Tensor:
+    """d(sum g · entropy) / d logits = -g · p · (z / T - E_p[z / T]) / T, in fp32."""
+    zt = z * inv_t
+    return -g[:, None] * torch.exp(zt - lse[:, None]) * (zt - (lse - entropy)[:, None]) * inv_t
+
+
 # learner.compile: one fused kernel each instead of five passes over a [chunk × vocab] fp32 tensor
 # (torch.compile is lazy: nothing compiles until a compiled learner first calls them)
 _chunk_scores_fused = torch.compile(_chunk_scores, dynamic=True)
@@ -43,65 +56,76 @@ _chunk_grad_fused = torch.compile(_chunk_grad, dynamic=True)
 
 
 class _ChunkedTokenLogprobs(torch.autograd.Function):
-    """log softmax(hidden @ weightᵀ / T)[target] per row, `chunk` rows at a time."""
+    """log softmax(hidden @ weightᵀ / T)[target] per row, `chunk` rows at a time; with_entropy: [n, 2],
+    the log-prob and the distribution's entropy per row (the entropy bonus), else [n]."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature: float, chunk: int, compiled: bool):
+    def forward(ctx, hidden, weight, targets, temperature: float, chunk: int, compiled: bool, with_entropy: bool):
         scores_of = _chunk_scores_fused if compiled else _chunk_scores
-        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
-        lse = torch.empty_like(out)
+        out = torch.empty(hidden.shape[0], 2 if with_entropy else 1, dtype=torch.float32, device=hidden.device)
+        lse = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         for s in range(0, hidden.shape[0], chunk):
-            out[s: s + chunk], lse[s: s + chunk] = scores_of(_fp32_logits(hidden[s: s + chunk], weight),
-                                                             targets[s: s + chunk], 1.0 / temperature)
-        ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.inv_t, ctx.chunk, ctx.compiled = 1.0 / temperature, chunk, compiled
-        return out
+            z = _fp32_logits(hidden[s: s + chunk], weight)
+            out[s: s + chunk, 0], lse[s: s + chunk] = scores_of(z, targets[s: s + chunk], 1.0 / temperature)
+            if with_entropy:
+                out[s: s + chunk, 1] = _chunk_entropy(z, lse[s: s + chunk], 1.0 / temperature)
+        ctx.save_for_backward(hidden, weight, targets, lse, out[:, 1] if with_entropy else lse)
+        ctx.inv_t, ctx.chunk, ctx.compiled, ctx.with_entropy = 1.0 / temperature, chunk, compiled, with_entropy
+        return out if with_entropy else out.squeeze(1)
 
     @staticmethod
     def backward(ctx, grad_out):
-        hidden, weight, targets, lse = ctx.saved_tensors
+        hidden, weight, targets, lse, entropy = ctx.saved_tensors
         grad_of = _chunk_grad_fused if ctx.compiled else _chunk_grad
+        g_logp = grad_out[:, 0] if ctx.with_entropy else grad_out
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
             if ctx.needs_input_grad[1] else None
         for s in range(0, hidden.shape[0], ctx.chunk):
             rows = slice(s, s + ctx.chunk)
             h = hidden[rows]
-            dz = grad_of(_fp32_logits(h, weight), lse[rows], grad_out[rows].float(), targets[rows], ctx.inv_t,
-                         weight.dtype)
+            z = _fp32_logits(h, weight)
+            dz = grad_of(z, lse[rows], g_logp[rows].float(), targets[rows], ctx.inv_t, weight.dtype)
+            if ctx.with_entropy:
+                dz = (dz.float() + _chunk_entropy_grad(z, lse[rows], entropy[rows], grad_out[rows, 1].float(),
+                                                       ctx.inv_t)).to(weight.dtype)
             if grad_hidden is not None:
                 grad_hidden[rows] = (dz @ weight).to(hidden.dtype)
             if grad_weight is not None:
                 grad_weight += (dz.t() @ h.to(weight.dtype)).float()
-        return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None, None, None
+        return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None, None, None, None
 
 
 class TokenLogprobHead(nn.Linear):
-    """A bias-free lm_head; within `scoring(head, targets, T)` its output is [.., seq] target log-probs."""
+    """A bias-free lm_head; within `scoring(head, targets, T)` its output is [.., seq] target log-probs
+    ([.., seq, 2] with the entropy when scoring(..., entropy=True))."""
 
     def __init__(self, in_features: int, out_features: int, chunk: int, compiled: bool = False, **kwargs) -> None:
         super().__init__(in_features, out_features, bias=False, **kwargs)
         self.chunk, self.compiled = chunk, compiled
         self._targets: torch.Tensor | None = None
         self._temperature = 1.0
+        self._entropy = False
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self._targets is None:
             return super().forward(hidden)
         flat = hidden.reshape(-1, hidden.shape[-1])
         out = _ChunkedTokenLogprobs.apply(flat, self.weight, self._targets.reshape(-1), self._temperature,
-                                          self.chunk, self.compiled)
-        return out.view(hidden.shape[:-1])
+                                          self.chunk, self.compiled, self._entropy)
+        return out.view(*hidden.shape[:-1], 2) if self._entropy else out.view(hidden.shape[:-1])
 
 
 @contextmanager
-def scoring(head: TokenLogprobHead, targets: torch.Tensor, temperature: float) -> Iterator[None]:
-    """While open, the model's forward returns log p(targets[b, t] | tokens <= t) in place of logits."""
-    head._targets, head._temperature = targets, temperature
+def scoring(head: TokenLogprobHead, targets: torch.Tensor, temperature: float,
+            entropy: bool = False) -> Iterator[None]:
+    """While open, the model's forward returns log p(targets[b, t] | tokens <= t) in place of logits
+    (stacked with each position's entropy when entropy is True)."""
+    head._targets, head._temperature, head._entropy = targets, temperature, entropy
     try:
         yield
     finally:
-        head._targets = None
+        head._targets, head._entropy = None, False
 
 
 def use_logprob_head(model: nn.Module, chunk: int, compiled: bool = False) -> nn.Module:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from rayrl.algorithms import ADVANTAGES
+from rayrl.config import TYPE_DEFAULTS
 from rayrl.trainer import train
 
 
-@pytest.mark.parametrize("kind", sorted(ADVANTAGES))
+@pytest.mark.parametrize("kind", sorted(TYPE_DEFAULTS))
 def test_each_algorithm_type_trains_without_nan(ray_cluster, make_cfg, kind):
     cfg = make_cfg(f"algorithm.type={kind}", "learner.total_steps=3", "data.eval_size=8",
                    f"metrics.run_name=algorithm-{kind}")

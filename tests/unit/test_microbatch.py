@@ -35,7 +35,7 @@ def loss_and_grads(make_cfg, model_path, random_groups, *overrides):
 
 def test_packed_equals_padded(make_cfg, model_path, random_groups):
     batch = collate(random_groups(4, 4), 0)
-    batch.advantages = torch.zeros(len(batch.rewards))
+    batch.advantages = torch.zeros_like(batch.loss_mask)
     packed = microbatches(batch, max_tokens=40, pack=True)
     assert len(packed) > 1 and all(mb.attention_mask is None and mb.n_tokens <= 40 for mb in packed)
     ref_stats, ref_grads = loss_and_grads(make_cfg, model_path, random_groups, "learner.pack_sequences=false",
@@ -52,7 +52,7 @@ def test_packed_equals_padded(make_cfg, model_path, random_groups):
 
 def test_packed_rows_carry_the_offsets_the_varlen_kernel_reads(make_cfg, random_groups):
     batch = collate(random_groups(2, 3), 0)
-    batch.advantages = torch.zeros(len(batch.rewards))
+    batch.advantages = torch.zeros_like(batch.loss_mask)
     (mb,) = microbatches(batch, max_tokens=10_000, pack=True)
     lengths = batch.attention_mask.sum(-1)
     assert mb.cu_seqlens.dtype == torch.int32

@@ -1,4 +1,4 @@
-"""The Learner: one GRPO training step, log-prob scoring, the policy version and checkpoints, for every
+"""The Learner: one policy-gradient training step, log-prob scoring, the policy version and checkpoints, for every
 backend. A LearnerBackend supplies only primitives (backward, optimizer step, full weights, save/load).
 
 Token normalisation makes N ranks equal one rank on the same batch: each rank's loss is its token sum /
@@ -14,15 +14,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from rayrl.algorithms import advantages, grpo_loss
+from rayrl.algorithms import KL_ESTIMATORS, advantages, denominator, policy_loss, token_weights
+from rayrl.algorithms.mismatch import MismatchMeter
+from rayrl.algorithms.shaping import shape_batch
 from rayrl.config import Config
 from rayrl.engines.learner.base import LearnerBackend
 from rayrl.engines.learner.checkpoint import export_hf
 from rayrl.engines.learner.device import attention_for, learner_device, packs_sequences
-from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches
+from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, scatter, view
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
-from rayrl.algorithms.mismatch import MismatchMeter
 from rayrl.models.builder import load_policy
 from rayrl.types import Batch
 
@@ -79,43 +80,60 @@ class Learner:
         backend_cls = resolve(LEARNER_BACKENDS, lc.backend, "learner.backend")
         self.backend: LearnerBackend = backend_cls(cfg, model, ref, self.device)
         self.version = 0
+        self.last_returns: torch.Tensor | None = None  # ppo: the last step's returns, the critic's targets
 
     # ---- scoring ------------------------------------------------------------------------------
-    def _logprobs(self, mb: MicroBatch, reference: bool = False) -> torch.Tensor:
+    def _logprobs(self, mb: MicroBatch, reference: bool = False, entropy: bool = False):
         model = self.backend.ref_model if reference else self.backend.model
-        return microbatch_logprobs(model, mb, self.cfg.rollout.temperature, self.device)
+        return microbatch_logprobs(model, mb, self.cfg.rollout.temperature, self.device, entropy)
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         """Collective on sharded backends: every rank must call it with a batch of the same shape."""
         return batch_logprobs(self.backend.model, batch, self.cfg.rollout.temperature, self.device)
 
     # ---- the step -----------------------------------------------------------------------------
-    def train_step(self, batch: Batch) -> dict[str, float]:
-        """Advantages, proximal / reference log-probs, micro-batches with gradient accumulation,
-        learner.minibatches optimizer steps; the policy version advances by one."""
-        cfg, alg, dp, backend = self.cfg, self.cfg.algorithm, self.dp, self.backend
-        batch.advantages = advantages(batch.rewards, batch.group_index, alg)
-        mbs = microbatches(batch, cfg.learner.max_tokens_per_micro_batch, packs_sequences(cfg))
-        mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
-        mismatch = MismatchMeter()  # the rollout engine's log-probs against ours, on tokens of this version
+    def _score(self, mbs: list[MicroBatch], batch: Batch) -> tuple[MismatchMeter, torch.Tensor | None]:
+        """Proximal and reference log-probs per micro-batch, no gradients; the mismatch against the
+        rollout engine on tokens of this version; the per-token KL for kl_in_reward, as [B, T]."""
+        alg = self.cfg.algorithm
+        mismatch = MismatchMeter()
+        kl = torch.zeros_like(batch.loss_mask) if alg.beta > 0 and alg.kl_in_reward else None
         with torch.no_grad():
             for mb in mbs:
                 mb.prox_logprobs = self._logprobs(mb).cpu() if alg.off_policy_correction else mb.behav_logprobs
                 mb.ref_logprobs = self._logprobs(mb, reference=True).cpu() if alg.beta > 0 else None
                 if alg.off_policy_correction:
                     mismatch.add(mb.prox_logprobs, mb.behav_logprobs, (mb.loss_mask > 0) & (mb.versions == self.version))
+                if kl is not None:
+                    scatter(KL_ESTIMATORS[alg.kl_estimator](mb.prox_logprobs, mb.ref_logprobs), mb, kl)
+        return mismatch, kl
+
+    def train_step(self, batch: Batch, values: torch.Tensor | None = None) -> dict[str, float]:
+        """Overlong shaping, proximal / reference log-probs, advantages, micro-batches with gradient
+        accumulation, learner.minibatches optimizer steps; the policy version advances by one.
+        values: the critic's [B, T] (algorithm.type=ppo); the returns it should learn are left in
+        self.last_returns."""
+        cfg, alg, dp, backend = self.cfg, self.cfg.algorithm, self.dp, self.backend
+        rewards, mask = shape_batch(batch.rewards, batch.loss_mask, batch.truncated, cfg.rollout.max_new_tokens, alg)
+        mbs = microbatches(batch, cfg.learner.max_tokens_per_micro_batch, packs_sequences(cfg))
+        mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
+        mismatch, kl = self._score(mbs, batch)
+        batch.advantages, self.last_returns = advantages(rewards, batch.group_index, mask, alg, kl, values)
+        weights = token_weights(mask, batch.group_index, alg.aggregation())
+        for mb in mbs:
+            mb.advantages, mb.weights = view(batch.advantages, mb), view(weights, mb)
+        entropy = alg.entropy_coef > 0
         losses, norms, extra = [], [], {}
         for chunk in _chunks(mbs, min(cfg.learner.minibatches, len(mbs))):
-            if alg.type == "dr_grpo":  # a constant per sample: no length normalisation
-                tokens = dp.sum(float(sum(mb.n_sequences for mb in chunk))) * cfg.rollout.max_new_tokens
-            else:
-                tokens = dp.sum(float(sum(mb.loss_mask.sum() for mb in chunk)))
+            denom = denominator(dp.sum(float(sum(mb.weights.sum() for mb in chunk))),
+                                dp.sum(float(sum(mb.n_sequences for mb in chunk))), alg.aggregation(),
+                                cfg.rollout.max_new_tokens)
             total = 0.0
             for i, mb in enumerate(chunk):
-                logp = self._logprobs(mb)
-                loss, extra = grpo_loss(logp, *(_on(t, logp) for t in (mb.behav_logprobs, mb.prox_logprobs)),
-                                        _on(mb.advantages, logp), _on(mb.loss_mask, logp), alg,
-                                        _on(mb.ref_logprobs, logp), denom=tokens)
+                out = self._logprobs(mb, entropy=entropy)
+                logp, ent = out if entropy else (out, None)
+                on = [_on(t, logp) for t in (mb.behav_logprobs, mb.prox_logprobs, mb.advantages, mb.weights)]
+                loss, extra = policy_loss(logp, *on, alg, denom, _on(mb.seq_ids, logp), _on(mb.ref_logprobs, logp), ent)
                 backend.backward(loss * dp.world_size, last=i == len(chunk) - 1)
                 total += loss.item()
             norms.append(backend.step())

@@ -3,7 +3,8 @@
 Packed: sequences are concatenated into one row; position_ids restart at 0 for each sequence and
 cu_seqlens marks where each starts, for the varlen attention kernel (on CPU transformers turns the
 position_ids into a block-diagonal causal mask). Every per-token tensor is carried along, so the
-loss is computed the same way in both layouts.
+loss is computed the same way in both layouts; seq_ids (the batch row of each token) and position_ids
+map any further [B, T] tensor into a micro-batch (`view`) and back (`scatter`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ class MicroBatch(msgspec.Struct):
     behav_logprobs: torch.Tensor
     prox_logprobs: torch.Tensor | None
     ref_logprobs: torch.Tensor | None
-    advantages: torch.Tensor  # [R, L]: each token carries its sequence's advantage
+    advantages: torch.Tensor | None  # [R, L], filled by the learner once the batch's advantages are known
+    seq_ids: torch.Tensor  # [R, L] long: the batch row each token belongs to; -1 on padding
+    weights: torch.Tensor | None = None  # [R, L]: each token's aggregation weight (algorithm.loss_agg)
+    values: torch.Tensor | None = None  # [R, L]: the critic's values at sampling time (ppo)
     cu_seqlens: torch.Tensor | None = None  # packed: int32 [n_seqs + 1] offsets of the sequences in the row
     max_seqlen: int = 0  # packed: the longest sequence in the row
     versions: torch.Tensor | None = None  # [R, L]: the policy version that sampled each target token
@@ -74,10 +78,22 @@ def plan_microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
 
 
 def _per_token(batch: Batch) -> dict[str, torch.Tensor | None]:
-    adv = batch.advantages.unsqueeze(1).expand_as(batch.loss_mask)
+    rows = torch.arange(batch.input_ids.shape[0]).unsqueeze(1).expand_as(batch.input_ids)
     return {"loss_mask": batch.loss_mask, "behav_logprobs": batch.behav_logprobs,
-            "prox_logprobs": batch.prox_logprobs, "ref_logprobs": batch.ref_logprobs, "advantages": adv,
-            "versions": batch.versions}
+            "prox_logprobs": batch.prox_logprobs, "ref_logprobs": batch.ref_logprobs, "advantages": batch.advantages,
+            "versions": batch.versions, "seq_ids": torch.where(batch.attention_mask > 0, rows, -1)}
+
+
+def view(values: torch.Tensor, mb: MicroBatch) -> torch.Tensor:
+    """A [B, T] batch tensor laid out as the micro-batch's [R, L] tokens (0 on padding)."""
+    valid = mb.seq_ids >= 0
+    return values[mb.seq_ids.clamp(min=0), mb.position_ids] * valid
+
+
+def scatter(values: torch.Tensor, mb: MicroBatch, out: torch.Tensor) -> None:
+    """The reverse of view: the micro-batch's [R, L] tokens written into their places in out [B, T]."""
+    valid = mb.seq_ids >= 0
+    out[mb.seq_ids[valid], mb.position_ids[valid]] = values[valid].to(out.dtype)
 
 
 def packed(batch: Batch, rows: list[int]) -> MicroBatch:
@@ -106,11 +122,13 @@ def microbatches(batch: Batch, max_tokens: int, pack: bool = True) -> list[Micro
 
 
 def empty_like(mb: MicroBatch) -> MicroBatch:
-    """A one-token micro-batch with zero loss weight: keeps ranks in lockstep when one has fewer."""
+    """A one-token micro-batch with zero loss weight, belonging to no sequence: keeps ranks in lockstep
+    when one has fewer."""
     one = lambda t: None if t is None else torch.zeros_like(t[:, :1])  # noqa: E731
     packed_row = mb.cu_seqlens is not None
     return MicroBatch(mb.input_ids[:, :1], torch.zeros_like(mb.position_ids[:, :1]),
                       None if mb.attention_mask is None else mb.attention_mask[:, :1],
                       one(mb.loss_mask), one(mb.behav_logprobs), one(mb.prox_logprobs), one(mb.ref_logprobs),
-                      one(mb.advantages), torch.tensor([0, 1], dtype=torch.int32) if packed_row else None,
-                      int(packed_row), one(mb.versions))
+                      one(mb.advantages), torch.full_like(mb.seq_ids[:, :1], -1), one(mb.weights), one(mb.values),
+                      torch.tensor([0, 1], dtype=torch.int32) if packed_row else None, int(packed_row),
+                      one(mb.versions))

@@ -10,8 +10,10 @@ from rayrl.types import Batch
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                   temperature: float, position_ids: torch.Tensor | None = None, **attention_kwargs) -> torch.Tensor:
-    """[B, T]: entry t is log p(token t | tokens < t) at the sampling temperature; entry 0 is 0.
+                   temperature: float, position_ids: torch.Tensor | None = None, entropy: bool = False,
+                   **attention_kwargs) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """[B, T]: entry t is log p(token t | tokens < t) at the sampling temperature; entry 0 is 0. With
+    entropy, also [B, T] the entropy of the distribution token t was drawn from.
 
     Packed rows pass attention_mask=None, position_ids that restart per sequence and the varlen
     kernel's attention_kwargs. A TokenLogprobHead (learners) scores in fp32 chunks without full logits."""
@@ -20,18 +22,21 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
     head = getattr(model, "module", model).get_output_embeddings()  # DeepSpeed engines wrap the model
     if isinstance(head, TokenLogprobHead):
         targets = torch.cat([input_ids[:, 1:], torch.zeros_like(input_ids[:, :1])], 1)
-        with scoring(head, targets, temperature):
-            logp = model(**inputs).logits[:, :-1]
+        with scoring(head, targets, temperature, entropy):
+            out = model(**inputs).logits[:, :-1]
+        logp, ent = (out[..., 0], out[..., 1]) if entropy else (out, None)
     else:
-        logits = model(**inputs).logits[:, :-1].float()
-        logp = torch.log_softmax(logits / temperature, -1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return torch.cat([torch.zeros_like(logp[:, :1]), logp], 1)
+        all_logp = torch.log_softmax(model(**inputs).logits[:, :-1].float() / temperature, -1)
+        logp = all_logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        ent = -(all_logp.exp() * all_logp).sum(-1) if entropy else None
+    pad = lambda t: torch.cat([torch.zeros_like(t[:, :1]), t], 1)  # noqa: E731
+    return (pad(logp), pad(ent)) if entropy else pad(logp)
 
 
-def microbatch_logprobs(model, mb: MicroBatch, temperature: float, device="cpu") -> torch.Tensor:
-    """Token log-probs of one micro-batch (packed or padded) on the model's device."""
+def microbatch_logprobs(model, mb: MicroBatch, temperature: float, device="cpu", entropy: bool = False):
+    """Token log-probs of one micro-batch (packed or padded) on the model's device (and entropies)."""
     mask = None if mb.attention_mask is None else mb.attention_mask.to(device)
-    return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.position_ids.to(device),
+    return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.position_ids.to(device), entropy,
                           **mb.attention_kwargs(device))
 
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rayrl.algorithms import group_advantages, grpo_loss, kl_k3, token_mean  # noqa: F401
+from rayrl.algorithms import group_advantages, kl_k3, policy_loss, token_mean
 from rayrl.config import AlgorithmConfig
 
 
@@ -20,9 +20,12 @@ def test_group_advantages_by_hand():
     assert torch.allclose(centred, torch.tensor([0.75, -0.25, -0.25, -0.25, 0.0, 0.0]))
 
 
-def _loss(logp, behav, prox, adv, **cfg):
-    mask = torch.ones_like(logp)
-    return grpo_loss(logp, behav, prox, adv, mask, AlgorithmConfig(**cfg))
+def _loss(logp, behav, prox, adv, ref=None, **cfg):
+    """One sequence per row, every token scored, token-mean aggregation; adv [B] per sequence."""
+    weights = torch.ones_like(logp)
+    seq_ids = torch.arange(logp.shape[0]).unsqueeze(1).expand_as(logp)
+    return policy_loss(logp, behav, prox, adv.unsqueeze(1).expand_as(logp), weights, AlgorithmConfig(**cfg),
+                       weights.sum(), seq_ids, ref)
 
 
 def test_ppo_clip_by_hand():
@@ -45,7 +48,7 @@ def test_decoupled_importance_weight_and_cap_by_hand():
     assert loss.item() == pytest.approx((-1.2 * 2 - 0.9) / 2)
     assert stats["behav_weight_mean"] == pytest.approx(1.5)
     loss, _ = _loss(logp, behav, prox, torch.tensor([1.0]), behav_imp_weight_cap=1.5)  # token 0 dropped
-    assert loss.item() == pytest.approx(-0.9)
+    assert loss.item() == pytest.approx(-0.9 / 2)  # a dropped token still counts in the denominator
     # without the correction the behaviour policy is PPO's old policy: ratios [3, .9] -> [-1.2, -.9]
     loss, _ = _loss(logp, behav, prox, torch.tensor([1.0]), off_policy_correction=False)
     assert loss.item() == pytest.approx(-1.05)
@@ -62,11 +65,10 @@ def test_kl_k3_and_beta():
     logp, ref = torch.log(torch.tensor([[0.5]])), torch.log(torch.tensor([[0.25]]))
     assert kl_k3(logp, ref).item() == pytest.approx(0.5 + math.log(2) - 1)
     assert kl_k3(logp, logp).item() == 0.0
-    mask = torch.ones_like(logp)
-    loss, stats = grpo_loss(logp, logp, logp, torch.tensor([0.0]), mask, AlgorithmConfig(beta=0.1), ref_logp=ref)
+    loss, stats = _loss(logp, logp, logp, torch.tensor([0.0]), ref, beta=0.1)
     assert loss.item() == pytest.approx(0.1 * (0.5 + math.log(2) - 1))
     with pytest.raises(ValueError, match="reference"):
-        grpo_loss(logp, logp, logp, torch.tensor([0.0]), mask, AlgorithmConfig(beta=0.1))
+        _loss(logp, logp, logp, torch.tensor([0.0]), beta=0.1)
 
 
 def test_token_mean_ignores_masked_tokens():
@@ -80,15 +82,22 @@ def test_every_advantage_estimator_by_hand():
 
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.5])
     groups = torch.tensor([0, 0, 0, 0, 1, 1, 2])  # group 1: identical rewards; group 2: a single sample
-    grpo = advantages(rewards, groups, AlgorithmConfig(type="grpo", eps=1e-6))
+    mask = torch.ones(7, 1)  # one token each: the per-token advantage is the sequence's
+
+    def advantages_of(cfg):
+        adv, returns = advantages(rewards, groups, mask, cfg)
+        assert returns is None
+        return adv.squeeze(1)
+
+    grpo = advantages_of(AlgorithmConfig(type="grpo", eps=1e-6))
     s = math.sqrt(0.1875)
     assert torch.allclose(grpo, torch.tensor([0.75 / s, -0.25 / s, -0.25 / s, -0.25 / s, 0, 0, 0]), atol=1e-5)
-    dr = advantages(rewards, groups, AlgorithmConfig(type="DR-GRPO"))  # the alias
+    dr = advantages_of(AlgorithmConfig(type="DR-GRPO"))  # the alias
     assert torch.allclose(dr, torch.tensor([0.75, -0.25, -0.25, -0.25, 0, 0, 0]))
-    rloo = advantages(rewards, groups, AlgorithmConfig(type="rloo"))
+    rloo = advantages_of(AlgorithmConfig(type="rloo"))
     # 1 - mean(0,0,0) = 1; 0 - mean(1,0,0) = -1/3; group 1: 1 - 1 = 0; a group of one: 0
     assert torch.allclose(rloo, torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3, 0, 0, 0]))
-    rpp = advantages(rewards, groups, AlgorithmConfig(type="REINFORCE++", eps=1e-9))
+    rpp = advantages_of(AlgorithmConfig(type="REINFORCE++", eps=1e-9))
     mean = 3.5 / 7
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards.tolist()) / 7)
     assert torch.allclose(rpp, (rewards - mean) / std, atol=1e-6)
@@ -99,10 +108,10 @@ def test_dr_grpo_divides_by_a_constant_per_sample():
 
     mask = torch.tensor([[0, 1, 1, 0, 0, 1]]).float()  # a packed row: sequences of 3 and 3 tokens
     ids = torch.zeros(1, 6, dtype=torch.long)
-    mb = MicroBatch(ids, ids, None, mask, mask, None, None, mask, cu_seqlens=torch.tensor([0, 3, 6], dtype=torch.int32))
+    mb = MicroBatch(ids, ids, None, mask, mask, None, None, mask, ids, cu_seqlens=torch.tensor([0, 3, 6], dtype=torch.int32))
     assert mb.n_sequences == 2
     padded = MicroBatch(ids.view(2, 3), ids.view(2, 3), None, torch.tensor([[0, 1, 1], [0, 0, 0]]).float(), mask,
-                        None, None, mask)
+                        None, None, mask, ids.view(2, 3))
     assert padded.n_sequences == 1
 
 
@@ -127,4 +136,4 @@ def test_truncated_and_banded_importance_weights_by_hand():
     assert loss.item() == pytest.approx(-(2 + 1 + 0.25) / 3) and stats["correction_frac"] == pytest.approx(1 / 3)
     # mask outside [.5, 2]: only the middle token stays
     loss, stats = _loss(logp, behav, prox, torch.tensor([1.0]), behav_imp_weight_cap=2.0, behav_imp_weight_floor=0.5)
-    assert loss.item() == pytest.approx(-1.0) and stats["correction_frac"] == pytest.approx(2 / 3)
+    assert loss.item() == pytest.approx(-1.0 / 3) and stats["correction_frac"] == pytest.approx(2 / 3)
