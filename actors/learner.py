@@ -9,7 +9,7 @@ import ray
 import torch
 import torch.distributed as dist
 
-from rayrl.batching import batch_stats, collate
+from rayrl.batching import batch_stats, collate, completion_values, place_completion_values
 from rayrl.config import Config
 from rayrl.engines.learner import Learner
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
@@ -17,7 +17,28 @@ from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan
 from rayrl.faults import wait_all
 from rayrl.metrics import merge_rank_stats
 from rayrl.placement import node_address
-from rayrl.types import TrajectoryGroup
+from rayrl.types import Batch, TrajectoryGroup
+
+
+def init_process_group(cfg: Config, rank: int, world_size: int, master: tuple[str, int]) -> None:
+    """A learner group's default process group, one per actor process: nccl on GPUs, gloo on CPU
+    (weight sync has its own)."""
+    gpu = cfg.cluster.n_gpus_per_node > 0 and torch.cuda.is_available()
+    addr, port = master
+    # DeepSpeed reads these; torch.distributed gets them explicitly below
+    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_RANK="0")
+    if gpu:
+        torch.cuda.set_device(0)  # Ray exposes exactly this rank's GPU
+    dist.init_process_group("nccl" if gpu else "gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=cfg.learner.process_group_timeout_s))
+
+
+def fetch_batch(refs: list[list[ray.ObjectRef]], pad_id: int) -> tuple[list[TrajectoryGroup], Batch]:
+    """A rank's groups straight from the object store, collated. Each ref comes wrapped in a list,
+    so Ray hands over the reference, not the data."""
+    groups: list[TrajectoryGroup] = ray.get([ref[0] for ref in refs])
+    return groups, collate(groups, pad_id)
 
 
 @ray.remote
@@ -26,31 +47,20 @@ class LearnerWorker:
                  master: tuple[str, int] | None = None) -> None:
         self.rank, self.world_size, self.cfg = rank, world_size, cfg
         if cfg.learner.backend != "torch":
-            self._init_process_group(master)
+            init_process_group(cfg, rank, world_size, master)
         self.learner = Learner(cfg, model_path, num_threads)
         self.pad_id = self.learner.tokenizer.pad_token_id
         self.transport = None
 
-    def _init_process_group(self, master: tuple[str, int]) -> None:
-        """The learners' default process group: nccl on GPUs, gloo on CPU (weight sync has its own)."""
-        gpu = self.cfg.cluster.n_gpus_per_node > 0 and torch.cuda.is_available()
-        addr, port = master
-        # DeepSpeed reads these; torch.distributed gets them explicitly below
-        os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(self.rank),
-                          WORLD_SIZE=str(self.world_size), LOCAL_RANK="0")
-        if gpu:
-            torch.cuda.set_device(0)  # Ray exposes exactly this rank's GPU
-        dist.init_process_group("nccl" if gpu else "gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank,
-                                world_size=self.world_size,
-                                timeout=timedelta(seconds=self.cfg.learner.process_group_timeout_s))
-
-    def train(self, refs: list[list[ray.ObjectRef]]) -> dict:
-        """Fetch this rank's groups straight from the object store and take one training step.
-        Each ref comes wrapped in a list, so Ray hands over the reference, not the data."""
-        groups: list[TrajectoryGroup] = ray.get([ref[0] for ref in refs])
-        batch = collate(groups, self.pad_id)
-        stats = {**batch_stats(batch, self.learner.version), **self.learner.train_step(batch)}
+    def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None) -> dict:
+        """One training step on this rank's groups. values (ppo): the critic's, per task id; the
+        returns the critic should learn come back the same way, under "returns"."""
+        groups, batch = fetch_batch(refs, self.pad_id)
+        per_token = None if values is None else place_completion_values(batch, groups, values)
+        stats = {**batch_stats(batch, self.learner.version), **self.learner.train_step(batch, per_token)}
         stats["version"] = self.learner.version
+        if self.learner.last_returns is not None:
+            stats["returns"] = completion_values(batch, self.learner.last_returns, groups)
         return stats
 
     def completion_logprobs(self, groups: list[TrajectoryGroup]) -> list[list[float]]:
@@ -111,10 +121,16 @@ class LearnerGroup:
     def rank0(self):
         return self.workers[0]
 
-    def train(self, refs: list[list[ray.ObjectRef]]) -> dict:
-        """Shard the groups (list-wrapped refs) across ranks, train on all, merge their stats."""
+    def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None) -> dict:
+        """Shard the groups (list-wrapped refs) across ranks, train on all, merge their stats; given the
+        critic's values (ppo), the stats hold under "returns" the critic's targets per task id."""
         n = len(self.workers)
-        return merge_rank_stats(self._all([w.train.remote(refs[r::n]) for r, w in enumerate(self.workers)], "train"))
+        per_rank = self._all([w.train.remote(refs[r::n], values) for r, w in enumerate(self.workers)], "train")
+        returns = [r.pop("returns") for r in per_rank if "returns" in r]
+        stats = merge_rank_stats(per_rank)
+        if returns:
+            stats["returns"] = {k: v for part in returns for k, v in part.items()}
+        return stats
 
     def _all(self, refs: list[ray.ObjectRef], what: str) -> list:
         """Every rank's result; a rank that fails raises at once (the others may wait in a collective)."""

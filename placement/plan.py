@@ -3,7 +3,8 @@
 split:    one bundle per rollout worker (tensor_parallel_size bundles for a vLLM worker with TP > 1)
           and per learner rank, plus one service bundle.
 colocate: rollout worker i and learner rank i share bundle i (each takes half of it).
-The service bundle holds the reward actors, buffer and broadcaster.
+The service bundle holds the reward actors, buffer and broadcaster. With algorithm.type=ppo, critic rank
+i shares learner rank i's bundle: each takes half of the learner's share.
 A vLLM worker with TP > 1 holds no GPU itself: vLLM's Ray executor places its TP workers on the
 worker's bundles (VLLM_RAY_BUNDLE_INDICES), inside this placement group.
 """
@@ -55,6 +56,10 @@ class PlacementPlan:
             self.bundles = [_bundle(r.cpus_per_worker + l.cpus_per_worker, gpu)] * r.num_workers
             self.slots["rollout"] = self.slots["learner"] = list(range(r.num_workers))
             self.gpus = {"rollout": gpu / 2, "learner": gpu / 2, "service": 0.0}
+        if cfg.algorithm.type == "ppo":
+            self.slots["critic"] = self.slots["learner"]
+            for k in (self.share, self.gpus):
+                k["learner"] = k["critic"] = k["learner"] / 2
         self.slots["service"] = [len(self.bundles)]
         self.bundles = [dict(b) for b in self.bundles] + [{"CPU": p.service_cpus}]
         self.labels: list[dict[str, str]] = [{} for _ in self.bundles]
@@ -86,6 +91,8 @@ class PlacementPlan:
         nodes = placement_group_table(self.group).get("bundles_to_node_id", {})
         for role in ("rollout", "learner"):
             self.slots[role] = sorted(self.slots[role], key=lambda b: (nodes.get(b, ""), b))
+        if "critic" in self.slots:
+            self.slots["critic"] = self.slots["learner"]
 
     def nodes(self) -> dict[str, list[str]]:
         """Each role's node ids, one per actor (the run summary shows where everything ran)."""

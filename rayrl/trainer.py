@@ -13,7 +13,7 @@ from pathlib import Path
 import ray
 
 from rayrl import checkpoint, reaper
-from rayrl.actors import LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
+from rayrl.actors import CriticGroup, LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
 from rayrl.checkpoint import RunState
 from rayrl.config import Config, save_config
 from rayrl.data import PromptStream, PromptTemplate, load_tasks, stream_position
@@ -73,7 +73,8 @@ class Trainer:
         from transformers import AutoTokenizer
 
         # once; kept by the driver, since a restarting rollout worker needs its constructor arguments again
-        self.template_ref = template_ref = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(self.model_path)))
+        tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.template_ref = template_ref = ray.put(PromptTemplate(tokenizer))
         version = state.version if state else 0
         self.buffer = TrajectoryBuffer.options(**self._named("buffer", "service")).remote(
             cfg.rollout.batch_size, cfg.rollout.max_staleness, version, state.ledger if state else None,
@@ -90,7 +91,11 @@ class Trainer:
         self.broadcaster = WeightBroadcaster.options(**self._named("broadcaster", "service")).remote(
             cfg, self.learners, self.rollouts, self.buffer, version)
         self.weight_sync = ray.get(self.broadcaster.setup.remote())  # tensors, bytes, buckets: in the summary
-        self.actors = [self.buffer, *self.rewards, *self.rollouts, *self.learners.workers, self.broadcaster]
+        # ppo: the critic, a second learner group in the learners' bundles
+        self.critics = CriticGroup(cfg, self.model_path, tokenizer.pad_token_id, self.placement, self.namespace) \
+            if cfg.algorithm.type == "ppo" else None
+        self.actors = [self.buffer, *self.rewards, *self.rollouts, *self.learners.workers, self.broadcaster,
+                       *(self.critics.workers if self.critics else [])]
         self.metrics = RayMetrics("driver", "driver", {"learner_steps_total": "training steps taken"}, {
             "learner_step_seconds": "the last step's training time", "learner_tokens_per_second": "trained tokens/s",
             "sync_seconds": "the last weight sync", "sync_gb_per_second": "the last weight sync's GB/s",
@@ -102,6 +107,8 @@ class Trainer:
         self.dropped_rewards = [0.0, 0]  # reward sum and count of samples dropped for equal rewards
         if state is not None:
             self.learners.load(str(self.resume_from / "learner"))
+            if self.critics:
+                self.critics.load(str(self.resume_from / "critic"))
             ray.get(self.broadcaster.publish.remote(version))  # rollout workers take the checkpoint's weights
             finished = checkpoint.load_groups(self.resume_from)  # back into the buffer as they were
             ray.get(self.buffer.restore.remote(finished))
@@ -152,6 +159,14 @@ class Trainer:
         self.trained_log.flush()  # on disk before the step's checkpoint can be
         return [wrapped for wrapped, _meta in items]
 
+    def train(self, refs: list) -> dict:
+        """The policy step; with a critic (ppo), its values first and its own step on the returns after."""
+        if self.critics is None:
+            return self.learners.train(refs)
+        values = self.critics.values(refs)
+        stats = self.learners.train(refs, values)
+        return {**stats, **self.critics.train(refs, stats.pop("returns"), values)}
+
     def top_up(self) -> None:
         """Dynamic sampling uses more prompts than batch_size a step: keep a batch's worth queued."""
         self.forget_dropped()
@@ -193,6 +208,8 @@ class Trainer:
         root = self._checkpoint_root()
         tmp = checkpoint.begin(root, step)
         self.learners.save(str(tmp / "learner"))
+        if self.critics:
+            self.critics.save(str(tmp / "critic"))
         version = ray.get(self.broadcaster.current_version.remote())
         self.forget_dropped()
         items, ledger = ray.get(self.buffer.snapshot.remote())
@@ -267,7 +284,7 @@ class Trainer:
             t0 = time.perf_counter()
             refs = self.next_batch(run_refs)
             t1 = time.perf_counter()
-            stats = self.learners.train(refs)
+            stats = self.train(refs)
             t2 = time.perf_counter()
             synced = self.sync(run_refs)  # rollout workers and buffer move to v+1
             t3 = time.perf_counter()

@@ -1,0 +1,67 @@
+"""CriticWorker (one per rank) and CriticGroup: PPO's value model, a second learner group beside the
+policy's, in the same placement bundles (each takes half of a learner bundle)."""
+
+from __future__ import annotations
+
+import ray
+
+from rayrl.actors.learner import fetch_batch, init_process_group
+from rayrl.batching import completion_values, place_completion_values
+from rayrl.config import Config
+from rayrl.engines.learner.critic import Critic
+from rayrl.faults import wait_all
+from rayrl.placement import node_address
+
+
+@ray.remote
+class CriticWorker:
+    def __init__(self, rank: int, world_size: int, cfg: Config, model_path: str, num_threads: int, pad_id: int,
+                 master: tuple[str, int] | None = None) -> None:
+        if cfg.learner.backend != "torch":
+            init_process_group(cfg, rank, world_size, master)
+        self.critic, self.pad_id = Critic(cfg, model_path, num_threads), pad_id
+
+    def values(self, refs: list[list[ray.ObjectRef]]) -> dict[str, list[list[float]]]:
+        """The values of this rank's groups' completion tokens, per task id."""
+        groups, batch = fetch_batch(refs, self.pad_id)
+        return completion_values(batch, self.critic.values(batch), groups)
+
+    def train(self, refs: list[list[ray.ObjectRef]], returns: dict, values: dict) -> dict[str, float]:
+        groups, batch = fetch_batch(refs, self.pad_id)
+        return self.critic.train_step(batch, place_completion_values(batch, groups, returns),
+                                      place_completion_values(batch, groups, values))
+
+    def save(self, path: str) -> None:
+        self.critic.save(path)
+
+    def load(self, path: str) -> None:
+        self.critic.load(path)
+
+
+class CriticGroup:
+    """learner.num_workers CriticWorker actors named critic-<rank>, sharded like the policy's ranks."""
+
+    def __init__(self, cfg: Config, model_path: str, pad_id: int, placement, namespace: str | None = None) -> None:
+        n = cfg.learner.num_workers
+        master = ray.get(node_address.options(scheduling_strategy=placement.actor_options("critic", 0)
+                                              ["scheduling_strategy"]).remote())
+        self.workers = [CriticWorker.options(name=f"critic-{r}", namespace=namespace, **placement.actor_options("critic", r))
+                        .remote(r, n, cfg, model_path, placement.threads("critic"), pad_id, master) for r in range(n)]
+        self.names = [f"critic-{r}" for r in range(n)]
+
+    def values(self, refs: list[list[ray.ObjectRef]]) -> dict[str, list[list[float]]]:
+        n = len(self.workers)
+        parts = wait_all([w.values.remote(refs[r::n]) for r, w in enumerate(self.workers)], self.names, "critic values")
+        return {k: v for part in parts for k, v in part.items()}
+
+    def train(self, refs: list[list[ray.ObjectRef]], returns: dict, values: dict) -> dict[str, float]:
+        """One step on every rank; the losses are global already, so rank 0's stats stand for the group."""
+        n = len(self.workers)
+        return wait_all([w.train.remote(refs[r::n], returns, values) for r, w in enumerate(self.workers)], self.names,
+                        "critic train")[0]
+
+    def save(self, path: str) -> None:
+        wait_all([w.save.remote(path) for w in self.workers], self.names, "critic save")
+
+    def load(self, path: str) -> None:
+        wait_all([w.load.remote(path) for w in self.workers], self.names, "critic load")
