@@ -65,3 +65,7 @@ class CriticGroup:
 
     def load(self, path: str) -> None:
         wait_all([w.load.remote(path) for w in self.workers], self.names, "critic load")
+
+    def kill(self) -> None:
+        for w in self.workers:
+            ray.kill(w)

@@ -2,7 +2,9 @@
 # The GPU checks and benchmarks, one mode per machine shape; every result JSON records COMMIT.
 #   COMMIT=$(git rev-parse --short HEAD) bash benchmarks/run_gpu_checks.sh one-gpu   # 1 GPU: varlen test,
 #                                 rollout_throughput (interleaved), learner_mfu, learner_profile; each alone as
-#                                 the modes varlen, throughput, mfu, profile (several modes may be given)
+#                                 the modes varlen, throughput, mfu, profile (several modes may be given);
+#                                 mismatch: PPO steps (policy + critic) with FSDP2 and ZeRO-3 on one GPU, and the
+#                                 rollout-training mismatch on vLLM's sampled tokens (gpu_learner_check --gpus 1)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh throughput-tp2   # 2 GPUs: rollout_throughput --tp 2
@@ -41,6 +43,7 @@ run_mode() {
   throughput) CUDA_VISIBLE_DEVICES=0 step rollout_throughput 400 python3 -m benchmarks.rollout_throughput --commit "$commit" ;;
   mfu) CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 ;;
   profile) CUDA_VISIBLE_DEVICES=0 step learner_profile 200 python3 -m benchmarks.learner_profile --commit "$commit" --compile true ;;
+  mismatch) CUDA_VISIBLE_DEVICES=0 step gpu_learner_check 600 python3 -m benchmarks.gpu_learner_check --commit "$commit" --gpus 1 ;;
   one-gpu) for m in varlen throughput mfu profile; do run_mode "$m"; done ;;
   two-gpu)
     step gpu_rollout_check 330 python3 -m benchmarks.gpu_rollout_check --commit "$commit"

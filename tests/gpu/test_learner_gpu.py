@@ -1,7 +1,11 @@
-"""On the GPU machine (2 GPUs): each backend trains in bf16; vLLM's log-probs on the HF export match the
-learner's on a peaked policy. Runs benchmarks/gpu_learner_check.py and checks its JSON."""
+"""On the GPU machine (1 GPU is enough): each backend takes PPO steps in bf16 (policy and critic), and
+the rollout-training mismatch on vLLM's sampled tokens meets the field's bar: mean |Δ log p| <= 0.01 and
+token_mult_prob_error <= 1.02 over >= 500 tokens (the worst token is reported in the JSON, not asserted:
+in bf16 vLLM's own decode is up to 0.08 from its fp32 rescoring). Runs benchmarks/gpu_learner_check.py."""
 
 import json
+import math
+import os
 import subprocess
 import sys
 
@@ -10,17 +14,16 @@ import torch
 
 pytestmark = pytest.mark.gpu
 
-ZERO3_BF16 = pytest.mark.xfail(strict=True, reason=(
-    "measured 2026-11-30 on 2 H200s, vLLM 0.26.0: ZeRO-3's worst token is 0.067 from vLLM in bf16, while "
-    "vLLM's own bf16 decode is 0.079 from its exact fp32 rescoring of the same tokens and the learner only "
-    "0.021; a worst-token bar of 0.02 in bf16 is below vLLM's own rounding (the mismatch issue restates it)"))
 
-
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
-@pytest.mark.parametrize("backend", ["fsdp", pytest.param("zero3", marks=ZERO3_BF16)])
-def test_export_logprobs_match_vllm(tmp_path, backend):
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("backend", ["fsdp", "zero3"])
+def test_mismatch_with_vllm_meets_the_bar(tmp_path, backend):
+    commit = ["--commit", os.environ["COMMIT"]] if "COMMIT" in os.environ else []  # a copied checkout's git may lag
     subprocess.run([sys.executable, "-m", "benchmarks.gpu_learner_check", "--backends", backend, "--out",
-                    str(tmp_path)], check=True, timeout=900)
+                    str(tmp_path), *commit], check=True, timeout=900)
     (row,) = json.loads((tmp_path / "gpu_learner_check.json").read_text())
-    assert row["mean_token_prob"] > 0.5, "the policy is not peaked; the comparison would prove little"
-    assert row["max_logprob_diff"] <= 0.02, row
+    assert row["mean_token_prob"] > 0.3, "the sampled tokens are near-uniform; the comparison would prove little"
+    assert all(math.isfinite(x) for x in row["losses"] + row["critic_losses"]), row
+    assert row["mismatch_tokens"] >= 500, row
+    assert row["mismatch_abs_mean"] <= 0.01, row
+    assert row["token_mult_prob_error"] <= 1.02, row
