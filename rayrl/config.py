@@ -188,7 +188,7 @@ class AlgorithmConfig(_Section):
     behav_imp_weight_mode: Literal["mask", "truncate"] = "mask"
     behav_imp_weight_level: Literal["token", "sequence"] = "token"
     behav_imp_weight_cap: float = Field(5.0, gt=0)
-    behav_imp_weight_floor: float = Field(0.0, ge=0)  # mask mode only
+    behav_imp_weight_floor: float = Field(0.0, ge=0)  # below it masked in either mode (truncate + floor: TIS and MIS)
     std_normalize: bool = True  # grpo, dapo and gspo
     # DAPO's dynamic sampling: groups whose rewards are all equal (no group-relative signal) are dropped,
     # counted, and the batch is filled from further prompts instead. On by default: without it short runs

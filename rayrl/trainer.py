@@ -14,6 +14,7 @@ import ray
 
 from rayrl import checkpoint, reaper
 from rayrl.actors import CriticGroup, LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
+from rayrl.algorithms.mismatch import MISMATCH_KEYS, summarize_mismatch
 from rayrl.checkpoint import RunState
 from rayrl.config import Config, save_config
 from rayrl.data import PromptStream, PromptTemplate, load_tasks, stream_position
@@ -100,7 +101,13 @@ class Trainer:
             "learner_step_seconds": "the last step's training time", "learner_tokens_per_second": "trained tokens/s",
             "sync_seconds": "the last weight sync", "sync_gb_per_second": "the last weight sync's GB/s",
             "staleness_mean": "mean policy-version lag of the last batch",
-            "rollout_restarts": "rollout worker restarts in this run"})
+            "rollout_restarts": "rollout worker restarts in this run",
+            "sampled_reward_mean": "mean reward of the samples scored for the last step",
+            "mismatch_abs_mean": "mean |rollout - learner log-prob| of the last step's fresh tokens",
+            "token_mult_prob_error": "mean exp|rollout - learner log-prob| of the last step's fresh tokens",
+            "mismatch_max": "the last step's worst token gap", "correction_frac": "share of tokens the "
+            "off-policy correction masked or truncated in the last step"})
+        self.step_records: list[dict] = []  # this process's steps, for the summary's mismatch view
         self.healer = RolloutHealer(self.rollouts, self.buffer, self.broadcaster, cfg.rollout.restart_timeout_s)
         self.prompts = PromptStream(self.train_tasks, cfg.data.seed)
         self.untrained: set[int] = set()  # stream positions fed and not trained yet
@@ -261,7 +268,8 @@ class Trainer:
             "generation_s_per_step": self.rollout_totals["gen_s"] / n_steps / max(1, len(self.rollouts)),
             "groups": ledger, "unused_groups": ledger["unused"], "rollout_restarts": self.healer.restarts,
             "rollout_recoveries": self.healer.recoveries,
-            "reward_failures": self.reward_failures(), "aborted_samples": self.rollout_totals["aborted"],
+            "reward_failures": self.reward_failures(), "mismatch": summarize_mismatch(self.step_records),
+            "aborted_samples": self.rollout_totals["aborted"],
             "max_staleness": cfg.rollout.max_staleness, "weight_sync": self.weight_sync, "nodes": self.placement.nodes(),
             "run_dir": str(self.run_dir), "model_path": self.model_path,
         }
@@ -303,6 +311,7 @@ class Trainer:
                 timings["eval_s"] += time.perf_counter() - t_eval
             rec["elapsed_s"] = time.perf_counter() - t_loop - timings["eval_s"]  # training time, evaluations left out
             log.write(rec)
+            self.step_records.append({k: rec[k] for k in MISMATCH_KEYS if k in rec})
             progress.update(rec)
             self.publish_metrics(rec, synced)
             every = cfg.checkpoint.every_steps
@@ -327,6 +336,10 @@ class Trainer:
         m.set("sync_gb_per_second", synced.n_bytes / 1e9 / max(synced.seconds, 1e-9))
         m.set("staleness_mean", rec["staleness_mean"])
         m.set("rollout_restarts", sum(self.healer.restarts))
+        for key in ("sampled_reward_mean", "mismatch_abs_mean", "token_mult_prob_error", "mismatch_max",
+                    "correction_frac"):
+            if key in rec:
+                m.set(key, rec[key])
 
     def shutdown_rollouts(self, run_refs: list) -> dict:
         """Stop the loops, wake anything waiting on the buffer; returns the buffer's ledger, in which

@@ -40,3 +40,21 @@ def merge_mismatch(per_rank: list[dict]) -> dict[str, float]:
     for key in ("mismatch_abs_mean", "token_mult_prob_error", "mismatch_k3"):
         out[key] = sum(r[key] * r["mismatch_tokens"] for r in per_rank) / n if n else per_rank[0][key]
     return out
+
+
+MISMATCH_KEYS = ("mismatch_tokens", "mismatch_abs_mean", "token_mult_prob_error", "mismatch_k3", "mismatch_max",
+                 "correction_frac")
+
+
+def summarize_mismatch(steps: list[dict]) -> dict[str, float]:
+    """The run summary's view of the per-step gauges: token-weighted means over the steps, the worst
+    token of any step, the mean share of tokens the correction touched, and the last step's mean."""
+    with_tokens = [s for s in steps if s.get("mismatch_tokens")]
+    n = sum(s["mismatch_tokens"] for s in with_tokens)
+    out = {"mismatch_tokens": n, "mismatch_max": max((s["mismatch_max"] for s in with_tokens), default=0.0),
+           "mismatch_abs_mean_last": with_tokens[-1]["mismatch_abs_mean"] if with_tokens else 0.0}
+    for key in ("mismatch_abs_mean", "token_mult_prob_error", "mismatch_k3"):
+        out[key] = sum(s[key] * s["mismatch_tokens"] for s in with_tokens) / n if n else 0.0
+    fracs = [s["correction_frac"] for s in steps if "correction_frac" in s]
+    out["correction_frac_mean"] = sum(fracs) / len(fracs) if fracs else 0.0
+    return out

@@ -37,10 +37,11 @@ def _behaviour_weights(prox_logp, behav_logp, mask, seq_ids, cfg) -> tuple[torch
             raise ValueError("algorithm.behav_imp_weight_level=sequence needs sequence ids per token")
         log_w = per_sequence(log_w, seq_ids, mask, mean=False)
     w = log_w.clamp(max=60.0).exp()  # a product over a long sequence must not overflow to inf
+    below = w < cfg.behav_imp_weight_floor  # masked in both modes: truncate with a floor combines TIS and MIS
     if cfg.behav_imp_weight_mode == "mask":
-        outside = (w > cfg.behav_imp_weight_cap) | (w < cfg.behav_imp_weight_floor)
+        outside = (w > cfg.behav_imp_weight_cap) | below
         return w, mask * (~outside).float(), outside
-    return w.clamp(max=cfg.behav_imp_weight_cap), mask, w > cfg.behav_imp_weight_cap
+    return w.clamp(max=cfg.behav_imp_weight_cap), mask * (~below).float(), (w > cfg.behav_imp_weight_cap) | below
 
 
 def policy_loss(logp: torch.Tensor, behav_logp: torch.Tensor, prox_logp: torch.Tensor, advantages: torch.Tensor,

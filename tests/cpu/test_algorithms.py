@@ -22,3 +22,7 @@ def test_each_algorithm_type_trains_without_nan(ray_cluster, make_cfg, kind):
              .splitlines() if '"step"' in x]
     assert summary["steps"] == 3 and [s["version"] for s in steps] == [1, 2, 3]
     assert all(math.isfinite(s["loss"]) and math.isfinite(s["grad_norm"]) for s in steps), steps
+    # the mismatch gauges reach the summary; in fp32 the HF engine and the learner agree to rounding
+    assert summary["mismatch"]["mismatch_tokens"] > 0 and summary["mismatch"]["mismatch_abs_mean"] <= 1e-5
+    if kind == "ppo":
+        assert all(math.isfinite(s["critic_loss"]) for s in steps)

@@ -164,3 +164,13 @@ def test_entropy_bonus_lowers_the_loss():
 def test_whiten_ignores_masked_entries():
     x = torch.tensor([[100.0, 1.0, 3.0]])
     assert torch.allclose(masked_whiten(x, torch.tensor([[0.0, 1, 1]]), 0.0), torch.tensor([[0.0, -1.0, 1.0]]))
+
+
+def test_truncation_with_a_floor_combines_tis_and_mis():
+    logp = torch.zeros(1, 3)
+    behav = torch.log(torch.tensor([[0.25, 1.0, 8.0]]))  # weights exp(0 - behav) = [4, 1, .125]
+    weights = torch.ones(1, 3)
+    cfg = AlgorithmConfig(behav_imp_weight_mode="truncate", behav_imp_weight_cap=2.0, behav_imp_weight_floor=0.2)
+    loss, stats = policy_loss(logp, behav, logp, torch.ones(1, 3), weights, cfg, 3.0)
+    # A=+1, ratio 1: token 0 truncated to 2, token 1 kept at 1, token 2 (.125 < .2) masked
+    assert loss.item() == pytest.approx(-(2 + 1) / 3) and stats["correction_frac"] == pytest.approx(2 / 3)

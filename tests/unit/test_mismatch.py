@@ -33,3 +33,19 @@ def test_mismatch_merges_token_weighted_across_ranks():
     m = merge_mismatch([a, b])
     assert m["mismatch_tokens"] == 4 and m["mismatch_max"] == 0.4
     assert m["mismatch_abs_mean"] == pytest.approx(0.1) and m["token_mult_prob_error"] == pytest.approx(1.1)
+
+
+def test_run_summary_weights_steps_by_tokens():
+    from rayrl.algorithms.mismatch import summarize_mismatch
+
+    steps = [{"mismatch_tokens": 100, "mismatch_abs_mean": 0.01, "token_mult_prob_error": 1.01, "mismatch_k3": 1e-4,
+              "mismatch_max": 0.2, "correction_frac": 0.0},
+             {"mismatch_tokens": 300, "mismatch_abs_mean": 0.03, "token_mult_prob_error": 1.03, "mismatch_k3": 3e-4,
+              "mismatch_max": 0.1, "correction_frac": 0.1},
+             {"mismatch_tokens": 0, "mismatch_abs_mean": 0.0, "token_mult_prob_error": 1.0, "mismatch_k3": 0.0,
+              "mismatch_max": 0.0}]  # a step with no fresh tokens counts for nothing
+    out = summarize_mismatch(steps)
+    assert out["mismatch_tokens"] == 400 and out["mismatch_max"] == 0.2
+    assert out["mismatch_abs_mean"] == pytest.approx(0.025) and out["token_mult_prob_error"] == pytest.approx(1.025)
+    assert out["mismatch_abs_mean_last"] == 0.03 and out["correction_frac_mean"] == pytest.approx(0.05)
+    assert summarize_mismatch([])["mismatch_tokens"] == 0
