@@ -17,7 +17,7 @@ from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.config import load_config
 from rayrl.trainer import start_ray, train
 
-SETUPS = {"32x8": ["learner.total_steps=40"],
+SETUPS = {"32x8": ["learner.total_steps=40", "rollout.batch_size=32", "rollout.group_size=8"],
           "8x4": ["learner.total_steps=60", "rollout.batch_size=8", "rollout.group_size=4"]}
 BASE = ["data.eval_size=200", "rollout.max_staleness=1", "metrics.progress=false", "checkpoint.save_final=false",
         "scheduler.include_dashboard=false", "checkpoint.resume=never"]

@@ -1,0 +1,22 @@
+"""A user's short run must not make the model worse: the default recipe after 40 steps, and its 8 x 4
+variant after 60, on one seed (the benchmark's three: `python -m benchmarks.early_dip`,
+early_dip-20261201-121644.json: +0.135 / +0.140 / +0.105 and 0.245 / 0.250 / 0.250 from 0.195)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.early_dip import BASE, SETUPS
+from rayrl.trainer import train
+
+RISE_32X8 = 0.05  # held-out greedy accuracy after 40 steps, above the start
+
+
+@pytest.mark.parametrize("setup", ["32x8", "8x4"])
+def test_short_run_does_not_get_worse(ray_cluster, make_cfg, setup):
+    cfg = make_cfg(*BASE, *SETUPS[setup], "rollout.seed=0", "learner.seed=0", f"metrics.run_name=dip-{setup}")
+    s = train(cfg)
+    before, after = s["eval_accuracy_before"], s["eval_accuracy_after"]
+    want = before + (RISE_32X8 if setup == "32x8" else 0.0)
+    assert after >= want, f"{setup}: held-out accuracy {before:.3f} -> {after:.3f} after {s['steps']} steps, want >= {want:.3f}"
+    assert s["groups"]["equal_rewards"] > 0  # dynamic sampling is on by default and dropped groups
