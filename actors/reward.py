@@ -7,25 +7,28 @@ import ray
 from rayrl.config import Config
 from rayrl.metrics import RayMetrics
 from rayrl.rewards.registry import load_reward_fn
-from rayrl.rewards.scoring import GroupScorer
+from rayrl.rewards.scoring import FAILURES, GroupScorer
 from rayrl.types import TrajectoryGroup
+
+DESCRIPTIONS = {"ok": "samples scored", "error": "reward function raised", "timeout": "reward function timed out",
+                "non_finite": "reward function returned NaN or inf", "wrong_type": "reward function returned a non-number"}
 
 
 @ray.remote(num_cpus=0)
 class RewardActor:
     def __init__(self, cfg: Config, index: int = 0) -> None:
         r = cfg.reward
-        self.scorer = GroupScorer(load_reward_fn(r.fn), r.timeout_s, r.max_threads)
-        self.metrics = RayMetrics("reward", f"reward-{index}", {
-            "reward_ok_total": "samples scored", "reward_error_total": "reward function raised",
-            "reward_timeout_total": "reward function timed out"})
+        self.scorer = GroupScorer(load_reward_fn(r.fn), r.timeout_s, r.max_threads, r.failure_window)
+        self.metrics = RayMetrics("reward", f"reward-{index}",
+                                  {f"reward_{k}_total": DESCRIPTIONS[k] for k in ("ok", *FAILURES)})
 
     def score(self, group: TrajectoryGroup) -> TrajectoryGroup:
         before = dict(self.scorer.counts)
         scored = self.scorer.score(group)
-        for status in ("ok", "error", "timeout"):
+        for status in ("ok", *FAILURES):
             self.metrics.inc(f"reward_{status}_total", self.scorer.counts[status] - before.get(status, 0))
         return scored
 
-    def stats(self) -> dict[str, int]:
-        return dict(self.scorer.counts)
+    def stats(self) -> dict:
+        """Counts by status, the recent window's failures, the first messages of each failure reason."""
+        return self.scorer.stats()

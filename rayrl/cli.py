@@ -31,6 +31,9 @@ def run(cfg: Config) -> dict:
 
     try:
         summary = train(cfg)
+    except ConfigError as err:  # found before Ray started: the reward function, paths, the cluster address
+        print(f"rayrl: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     except (RunStopped, StorageError) as stop:
         print(f"rayrl: {stop}", file=sys.stderr)
         raise SystemExit(getattr(stop, "exit_code", 1)) from None
@@ -46,6 +49,13 @@ def main(argv: list[str] | None = None) -> None:
     command, rest = argv[0], argv[1:]
     cfg = parse_args(rest, prog=f"rayrl {command}")
     if command == "check-config":
+        from rayrl.preflight import preflight
+
+        try:
+            preflight(cfg)
+        except ConfigError as err:
+            print(f"rayrl check-config: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
         print(json.dumps(cfg.model_dump(mode="json"), indent=2))
         return
     run(cfg)

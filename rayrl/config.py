@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,7 +20,7 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)  # no bool for an int, no "3" for 3
 
 
 class ClusterConfig(_Section):
@@ -30,6 +31,7 @@ class ClusterConfig(_Section):
 class SchedulerConfig(_Section):
     type: Literal["local", "ray"] = "local"  # local: a private Ray cluster; ray: join an existing one
     address: str = "auto"  # used when type == "ray"
+    connect_timeout_s: float = Field(10.0, gt=0)  # type == "ray" with host:port: the head must answer within it
     include_dashboard: bool = True  # bound to dashboard_host; `ray list actors` needs it
     dashboard_host: str = "127.0.0.1"
 
@@ -99,9 +101,13 @@ class RolloutConfig(_Section):
 class RewardConfig(_Section):
     fn: str = "rayrl.rewards.arithmetic:exact_match"
     num_actors: int = Field(1, ge=1)
-    timeout_s: float = Field(5.0, gt=0)
-    max_threads: int = Field(4, ge=1)
+    timeout_s: float = Field(5.0, gt=0)  # per call, from its start; a call past it is abandoned
+    max_threads: int = Field(4, ge=1)  # calls running at once per reward actor
     max_restarts: int = Field(3, ge=0)  # a dead reward actor is restarted; the groups it was scoring are retried
+    # failures (raised, timed out, non-finite, wrong type) among the last failure_window samples scored:
+    # past this share the run stops naming the function and the reasons, rather than train on zeros
+    max_failure_fraction: float = Field(0.5, gt=0, le=1)
+    failure_window: int = Field(256, ge=1)
 
 
 class LearnerConfig(_Section):
@@ -116,7 +122,7 @@ class LearnerConfig(_Section):
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"  # decay after warm-up, to 0 at total_steps
     process_group_timeout_s: float = Field(600.0, gt=0)  # the ranks' collectives (nccl / gloo) give up after it
     weight_decay: float = Field(0.0, ge=0)
-    adam_betas: tuple[float, float] = (0.9, 0.999)  # AdamW of every backend (DeepSpeed's too)
+    adam_betas: tuple[float, float] = Field((0.9, 0.999), strict=False)  # AdamW of every backend (DeepSpeed's too); a YAML list
     adam_eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, gt=0)
     minibatches: int = Field(1, ge=1)  # optimizer steps per training batch
@@ -155,6 +161,9 @@ TYPE_DEFAULTS = {
     "gspo": (3e-4, 4e-4, "seq_mean_token_mean"),  # the GSPO paper's sequence-ratio clip range
     "ppo": (0.2, 0.2, "token_mean"),
 }
+
+
+GROUP_RELATIVE = ("grpo", "dr_grpo", "dapo", "rloo", "gspo")  # types whose advantages need >= 2 samples a group
 
 
 class AlgorithmConfig(_Section):
@@ -301,6 +310,13 @@ class Config(_Section):
         if self.sync.transport == "nccl" and not (gpus and self.model.backend == "vllm"):
             raise ValueError("sync.transport=nccl needs GPUs (cluster.n_gpus_per_node > 0) and model.backend=vllm; "
                              "on CPU or with model.backend=hf use sync.transport=gloo")
+        alg, group = self.algorithm, self.rollout.group_size
+        if group < 2 and alg.type in GROUP_RELATIVE:
+            raise ValueError(f"algorithm.type={alg.type} compares the samples of a group: rollout.group_size must be "
+                             f">= 2 (got {group}); for one sample per prompt use algorithm.type=reinforce_pp or ppo")
+        if group < 2 and alg.dynamic_sampling:
+            raise ValueError("algorithm.dynamic_sampling drops groups whose rewards are all equal, which with "
+                             "rollout.group_size=1 is every group; set algorithm.dynamic_sampling=false")
         if self.algorithm.overlong_buffer >= self.rollout.max_new_tokens:
             raise ValueError(f"algorithm.overlong_buffer ({self.algorithm.overlong_buffer}) must be below "
                              f"rollout.max_new_tokens ({self.rollout.max_new_tokens})")
@@ -337,6 +353,24 @@ def _explain(err: ValidationError) -> str:
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """YAML 1.1 reads 1e-4 (no dot) as a string; configs mean a float, as YAML 1.2 and JSON do."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+               r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.inf|\.Inf|\.INF|\.nan|\.NaN|\.NAN)$"),
+    list("-+0123456789."))
+
+
+def _yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_YamlLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where} is not valid YAML: {' '.join(str(err).split())}") from None
+
+
 def _set_dotted(tree: dict, key: str, value: Any) -> None:
     parts = key.split(".")
     node = tree
@@ -355,7 +389,7 @@ def parse_overrides(overrides: list[str]) -> dict:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"override '{item}' is not of the form key.path=value")
         key, raw = item.split("=", 1)
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw else "")
+        _set_dotted(tree, key.strip(), _yaml(raw, f"the value of override '{item}'") if raw else "")
     return tree
 
 
@@ -372,8 +406,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise ConfigError(f"config file '{path}' does not exist")
-        tree = yaml.safe_load(p.read_text()) or {}
+            raise ConfigError(f"config file '{path}' " + ("is not a file" if p.exists() else "does not exist"))
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError) as err:
+            raise ConfigError(f"config file '{path}' cannot be read as UTF-8 text ({err})") from None
+        tree = _yaml(text, f"config file '{path}'") or {}
         if not isinstance(tree, dict):
             raise ConfigError(f"config file '{path}' must hold a mapping of sections, got {type(tree).__name__}")
     tree = _merge(tree, parse_overrides(overrides or []))

@@ -23,6 +23,8 @@ from rayrl.metrics import Progress, RayMetrics, RunLog
 from rayrl.models import build_model
 from rayrl.placement import PlacementPlan
 from rayrl.placement.storage import check_shared
+from rayrl.preflight import preflight
+from rayrl.rewards.scoring import failing, merge_stats
 from rayrl.types import Task
 
 
@@ -42,6 +44,7 @@ def start_ray(cfg: Config, num_cpus: int) -> bool:
 class Trainer:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
+        preflight(cfg)  # before Ray starts and before any model is built
         self.train_tasks, self.eval_tasks = load_tasks(cfg.data)
         name = cfg.metrics.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(cfg.metrics.run_dir) / name
@@ -302,7 +305,8 @@ class Trainer:
             timings["wait_s"] += t1 - t0
             timings["train_s"] += t2 - t1
             timings["sync_s"] += t3 - t2
-            rec = {"step": step, **stats, "sampled_reward_mean": self.sampled_reward(stats), "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds,
+            rec = {"step": step, **stats, "sampled_reward_mean": self.sampled_reward(stats),
+                   "reward_failures": self.reward_failures(), "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds,
                    "step_s": t3 - t0, "samples_per_s": loop_samples / (t3 - t_loop)}
             eval_every = cfg.metrics.eval_every_steps
             if eval_every and step % eval_every == 0 and step < cfg.learner.total_steps:  # the last is the summary's
@@ -353,8 +357,14 @@ class Trainer:
         return {k: stats[k] for k in keys} | {"unused": stats["waiting"]}
 
     def reward_failures(self) -> dict[str, int]:
-        counts = ray.get([r.stats.remote() for r in self.rewards])
-        return {k: sum(c.get(k, 0) for c in counts) for k in ("error", "timeout")}
+        """Failed samples by reason so far; the first messages of each reason go to reward_failures.json.
+        Stops the run when the recent failure share passes reward.max_failure_fraction."""
+        r = self.cfg.reward
+        stats = merge_stats(ray.get([a.stats.remote() for a in self.rewards]))
+        (self.run_dir / "reward_failures.json").write_text(json.dumps(stats, indent=2))
+        if why := failing(stats, r.fn, r.max_failure_fraction, r.failure_window):
+            raise RunStopped(f"{why}; details in {self.run_dir / 'reward_failures.json'}", exit_code=1)
+        return {k: v for k, v in stats["counts"].items() if k != "ok"}
 
     def close(self) -> None:
         if getattr(self, "rollouts", None):  # vLLM engines run processes of their own; stop them first

@@ -39,7 +39,7 @@ class Sample(msgspec.Struct):
     finish_reason: str  # "stop" (EOS), "length", or "abort"
     text: str = ""
     reward: float = 0.0
-    reward_status: str = "pending"  # "ok", "error", "timeout"
+    reward_status: str = "pending"  # "ok", or why not: "error", "timeout", "non_finite", "wrong_type"
     reward_reason: str = ""
 
 

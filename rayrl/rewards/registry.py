@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import math
+import numbers
 from collections.abc import Callable
 
 import msgspec
@@ -33,9 +35,27 @@ def load_reward_fn(spec: str) -> RewardFn:
     return fn
 
 
+class RewardRejected(ValueError):
+    """What a reward function returned is not a usable reward; reason is the counted failure kind."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def as_result(value: "float | RewardResult") -> RewardResult:
-    if isinstance(value, RewardResult):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return RewardResult(float(value))
-    raise TypeError(f"a reward function must return a float or RewardResult, got {type(value).__name__}")
+    """Any real number (Python, numpy, a 0-d array or tensor) or a RewardResult -> a finite RewardResult;
+    anything else raises RewardRejected("wrong_type" | "non_finite", message)."""
+    result = value if isinstance(value, RewardResult) else RewardResult(_real(value))
+    if not math.isfinite(result.reward):
+        raise RewardRejected("non_finite", f"the reward function returned {result.reward}")
+    return result
+
+
+def _real(value) -> float:
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # a 0-d numpy array or torch tensor
+        value = value.item()
+    if isinstance(value, numbers.Real):  # int, float, bool, numpy scalars
+        return float(value)
+    raise RewardRejected("wrong_type", f"a reward function must return a real number or RewardResult, "
+                                       f"got {type(value).__module__}.{type(value).__qualname__}")

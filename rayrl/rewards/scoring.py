@@ -1,41 +1,118 @@
-"""Score a trajectory group with a reward function under a per-sample timeout.
+"""Score a trajectory group with a reward function, each call under its own deadline.
 
-An exception or a timeout becomes reward 0 with a status and reason: never a crash, never a drop.
-A timed-out call keeps its thread until it returns (Python cannot kill threads); the pool bounds them.
+Every call runs in a thread of its own, at most max_threads at once. A call still running timeout_s
+after it started is abandoned: its slot goes to the next call and its thread is left to finish or
+hang (Python cannot kill a thread), so a hung function never starves the calls after it. A raise, a
+timeout, a non-finite value or a value of the wrong type becomes reward 0 with a counted reason:
+never a crash, never a drop.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+import threading
+import time
+from collections import Counter, deque
 
-from rayrl.rewards.registry import RewardFn, as_result
+from rayrl.rewards.registry import RewardFn, RewardRejected, as_result
 from rayrl.types import TrajectoryGroup
+
+FAILURES = ("error", "timeout", "non_finite", "wrong_type")  # a sample's reward_status when it is not "ok"
+EXAMPLES_PER_REASON = 5
+
+
+class _Call:
+    """One reward call in its own daemon thread; its slot is given back exactly once (done or abandoned)."""
+
+    def __init__(self, fn: RewardFn, sample, task, slots: threading.Semaphore) -> None:
+        self.done, self.lock, self.slots, self.released = threading.Event(), threading.Lock(), slots, False
+        self.result, self.error = None, None
+        self.started = time.monotonic()
+        threading.Thread(target=self._run, args=(fn, sample, task), daemon=True, name="reward-call").start()
+
+    def _run(self, fn, sample, task) -> None:
+        try:
+            self.result = as_result(fn(sample, task))
+        except Exception as err:  # noqa: BLE001 - any failure of user code becomes a counted zero
+            self.error = err
+        self.release()
+        self.done.set()
+
+    def release(self) -> bool:
+        """Give the slot back; False if it was given back already."""
+        with self.lock:
+            if self.released:
+                return False
+            self.released = True
+        self.slots.release()
+        return True
 
 
 class GroupScorer:
-    def __init__(self, fn: RewardFn, timeout_s: float, max_threads: int) -> None:
-        self.fn = fn
-        self.timeout_s = timeout_s
-        self.pool = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="reward")
-        self.counts: Counter[str] = Counter()
+    def __init__(self, fn: RewardFn, timeout_s: float, max_threads: int, window: int = 256) -> None:
+        self.fn, self.timeout_s = fn, timeout_s
+        self.slots = threading.Semaphore(max_threads)
+        self.counts: Counter[str] = Counter()  # "ok" and each failure reason
+        self.examples: dict[str, list[str]] = {}  # the first messages of each failure reason
+        self.recent: deque[bool] = deque(maxlen=window)  # the last samples: failed or not
+        self.abandoned = 0  # calls left running past their deadline
 
-    def _call(self, sample, task):
-        return as_result(self.fn(sample, task))
+    def _expire(self, call: _Call) -> None:
+        if not call.done.is_set() and time.monotonic() - call.started >= self.timeout_s and call.release():
+            self.abandoned += 1
+
+    def _start(self, sample, task, running: list[_Call]) -> _Call:
+        while not self.slots.acquire(timeout=0.05):  # while waiting for a slot, free those past their deadline
+            for call in running:
+                self._expire(call)
+        return _Call(self.fn, sample, task, self.slots)
 
     def score(self, group: TrajectoryGroup) -> TrajectoryGroup:
-        futures = [self.pool.submit(self._call, s, group.task) for s in group.samples]
-        for sample, fut in zip(group.samples, futures):
-            try:
-                result = fut.result(timeout=self.timeout_s)
-                sample.reward, sample.reward_status, sample.reward_reason = result.reward, "ok", result.reason
-            except FutureTimeout:
-                fut.cancel()
-                sample.reward, sample.reward_status = 0.0, "timeout"
-                sample.reward_reason = f"reward function took longer than {self.timeout_s}s"
-            except Exception as err:  # noqa: BLE001 - any failure of user code becomes a counted zero
-                sample.reward, sample.reward_status = 0.0, "error"
-                sample.reward_reason = f"{type(err).__name__}: {err}"
-            self.counts[sample.reward_status] += 1
+        calls: list[_Call] = []
+        for sample in group.samples:
+            calls.append(self._start(sample, group.task, calls))
+        for sample, call in zip(group.samples, calls):
+            finished = call.done.wait(max(0.0, call.started + self.timeout_s - time.monotonic()))
+            if not finished:
+                self._expire(call)
+                status, reason, reward = "timeout", f"reward function took longer than {self.timeout_s}s", 0.0
+            elif call.error is not None:
+                status = call.error.reason if isinstance(call.error, RewardRejected) else "error"
+                reason = str(call.error) if status != "error" else f"{type(call.error).__name__}: {call.error}"
+                reward = 0.0
+            else:
+                status, reason, reward = "ok", call.result.reason, call.result.reward
+            sample.reward, sample.reward_status, sample.reward_reason = reward, status, reason
+            self._count(status, reason)
         return group
+
+    def _count(self, status: str, reason: str) -> None:
+        self.counts[status] += 1
+        self.recent.append(status != "ok")
+        if status != "ok" and len(self.examples.setdefault(status, [])) < EXAMPLES_PER_REASON:
+            self.examples[status].append(reason)
+
+    def stats(self) -> dict:
+        """Counts by status, the failure share of the recent window and its size, example messages."""
+        return {"counts": {k: self.counts.get(k, 0) for k in ("ok", *FAILURES)}, "examples": self.examples,
+                "window_failed": sum(self.recent), "window": len(self.recent), "abandoned": self.abandoned}
+
+
+def merge_stats(per_actor: list[dict]) -> dict:
+    """Every reward actor's stats as one: counts and windows add up, examples are pooled."""
+    out = {"counts": {k: sum(a["counts"][k] for a in per_actor) for k in ("ok", *FAILURES)},
+           "window_failed": sum(a["window_failed"] for a in per_actor), "window": sum(a["window"] for a in per_actor),
+           "abandoned": sum(a["abandoned"] for a in per_actor), "examples": {}}
+    for a in per_actor:
+        for reason, msgs in a["examples"].items():
+            out["examples"].setdefault(reason, []).extend(msgs[:EXAMPLES_PER_REASON - len(out["examples"][reason])])
+    return out
+
+
+def failing(stats: dict, fn: str, max_fraction: float, window: int) -> str | None:
+    """Why the run should stop, once a full window of recent samples fails more than max_fraction."""
+    if stats["window"] < window or stats["window_failed"] <= max_fraction * stats["window"]:
+        return None
+    reasons = ", ".join(f"{k} {v}" for k, v in stats["counts"].items() if k != "ok" and v)
+    first = next((f"{k}: {m[0]}" for k, m in stats["examples"].items() if m), "")
+    return (f"reward function {fn} failed on {stats['window_failed']} of the last {stats['window']} samples "
+            f"(reward.max_failure_fraction={max_fraction}); failures so far: {reasons}; first: {first}")

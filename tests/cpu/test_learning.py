@@ -24,7 +24,7 @@ def test_run_learns(ray_cluster, make_cfg):
     summary = train(cfg)
     before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
     assert after >= before + EVAL_GAIN, f"held-out accuracy {before:.3f} -> {after:.3f}, want +{EVAL_GAIN}"
-    assert summary["reward_failures"] == {"error": 0, "timeout": 0}
+    assert not any(summary["reward_failures"].values()), summary["reward_failures"]
     run = Path(cfg.metrics.run_dir) / "learns"
     steps = [x for x in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "step" in x]
     assert len(steps) == STEPS and max(s["staleness_max"] for s in steps) <= 1

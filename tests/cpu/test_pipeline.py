@@ -53,11 +53,11 @@ def test_reward_errors_are_counted_zeros(trainer):
     bad = Task(id="bad", prompt="1+1=", answer="not-a-number")  # int(answer) raises inside the reward fn
     group = ray.get(trainer.rollouts[0].generate_groups.remote([bad], 2, 0.0))[0]
     group.samples[0].text, group.samples[0].finish_reason = "2", "stop"
-    before = ray.get(trainer.rewards[0].stats.remote()).get("error", 0)
+    before = ray.get(trainer.rewards[0].stats.remote())["counts"]["error"]
     scored = ray.get(trainer.rewards[0].score.remote(group))
     assert scored.samples[0].reward == 0.0 and scored.samples[0].reward_status == "error"
     assert "ValueError" in scored.samples[0].reward_reason
-    assert ray.get(trainer.rewards[0].stats.remote())["error"] >= before + 1
+    assert ray.get(trainer.rewards[0].stats.remote())["counts"]["error"] >= before + 1
 
 
 def test_buffer_drops_a_group_that_came_back_past_the_staleness_bound(ray_cluster):

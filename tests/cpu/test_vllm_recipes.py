@@ -23,7 +23,7 @@ def test_arithmetic_recipe_learns_with_vllm(ray_cluster, model_cache, tmp_path):
     summary = train(cfg)
     before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
     assert after >= before + 0.15, f"held-out accuracy {before:.3f} -> {after:.3f}"
-    assert summary["reward_failures"] == {"error": 0, "timeout": 0} and summary["aborted_samples"] == 0
+    assert not any(summary["reward_failures"].values()) and summary["aborted_samples"] == 0
 
 
 def test_gsm8k_recipe_runs_on_cpu(ray_cluster, tmp_path):

@@ -48,7 +48,59 @@ def test_scorer_turns_failures_into_counted_zeros():
     group = TrajectoryGroup(TASK, [sample("ok"), sample("boom"), sample("slow"), sample("bad")])
     scored = scorer.score(group)
     statuses = [(s.reward, s.reward_status) for s in scored.samples]
-    assert statuses == [(1.0, "ok"), (0.0, "error"), (0.0, "timeout"), (0.0, "error")]
+    assert statuses == [(1.0, "ok"), (0.0, "error"), (0.0, "timeout"), (0.0, "wrong_type")]
     assert "checker crashed" in scored.samples[1].reward_reason
-    assert "must return a float" in scored.samples[3].reward_reason
-    assert dict(scorer.counts) == {"ok": 1, "error": 2, "timeout": 1}
+    assert "must return a real number" in scored.samples[3].reward_reason and "str" in scored.samples[3].reward_reason
+    stats = scorer.stats()
+    assert stats["counts"] == {"ok": 1, "error": 1, "timeout": 1, "non_finite": 0, "wrong_type": 1}
+    assert stats["window_failed"] == 3 and stats["window"] == 4 and stats["examples"]["timeout"]
+
+
+def test_every_real_number_type_is_a_reward_and_non_finite_is_a_failure():
+    import numpy as np
+    import torch
+
+    values = [1, 0.5, True, np.float32(0.25), np.int64(2), np.array(0.75), torch.tensor(0.5), float("nan"),
+              float("inf"), -float("inf"), np.float64("nan"), [1.0], None]
+    scorer = GroupScorer(lambda s, t: values[int(s.text)], timeout_s=5.0, max_threads=2)
+    scored = scorer.score(TrajectoryGroup(TASK, [sample(str(i)) for i in range(len(values))]))
+    got = [(s.reward, s.reward_status) for s in scored.samples]
+    assert got[:7] == [(1.0, "ok"), (0.5, "ok"), (1.0, "ok"), (0.25, "ok"), (2.0, "ok"), (0.75, "ok"), (0.5, "ok")]
+    assert [st for _, st in got[7:11]] == ["non_finite"] * 4 and all(r == 0.0 for r, _ in got[7:])
+    assert [st for _, st in got[11:]] == ["wrong_type"] * 2 and "NoneType" in scored.samples[12].reward_reason
+
+
+def test_a_reward_that_hangs_on_its_first_calls_does_not_starve_later_ones():
+    import threading
+
+    release, calls = threading.Event(), []
+
+    def hangs_first(s, t):
+        calls.append(s.text)
+        if len(calls) <= 4:
+            release.wait()  # hangs until the test ends: these threads are abandoned, never killed
+        return 1.0
+
+    scorer = GroupScorer(hangs_first, timeout_s=0.3, max_threads=4)
+    try:
+        first = scorer.score(TrajectoryGroup(TASK, [sample(str(i)) for i in range(4)]))
+        assert [s.reward_status for s in first.samples] == ["timeout"] * 4
+        again = scorer.score(TrajectoryGroup(TASK, [sample(str(i)) for i in range(8)]))  # all four slots were hung
+        assert [s.reward_status for s in again.samples] == ["ok"] * 8
+        assert scorer.stats()["abandoned"] == 4
+    finally:
+        release.set()
+
+
+def test_a_reward_that_always_hangs_times_out_every_call_from_its_own_start():
+    import threading
+
+    never = threading.Event()
+    scorer = GroupScorer(lambda s, t: never.wait(), timeout_s=0.2, max_threads=2)
+    try:
+        for _ in range(3):
+            scored = scorer.score(TrajectoryGroup(TASK, [sample("x") for _ in range(4)]))
+            assert [s.reward_status for s in scored.samples] == ["timeout"] * 4
+        assert scorer.stats()["abandoned"] == 12  # 12 calls through 2 slots: every one abandoned, none starved
+    finally:
+        never.set()
