@@ -16,9 +16,10 @@ DESCRIPTIONS = {"ok": "samples scored", "error": "reward function raised", "time
 
 @ray.remote(num_cpus=0)
 class RewardActor:
-    def __init__(self, cfg: Config, index: int = 0) -> None:
+    def __init__(self, cfg: Config, index: int = 0, search_path: list[str] | None = None) -> None:
+        """search_path: where reward.fn's module may live besides sys.path (the driver's working directory)."""
         r = cfg.reward
-        self.scorer = GroupScorer(load_reward_fn(r.fn), r.timeout_s, r.max_threads, r.failure_window)
+        self.scorer = GroupScorer(load_reward_fn(r.fn, search_path), r.timeout_s, r.max_threads, r.failure_window)
         self.metrics = RayMetrics("reward", f"reward-{index}",
                                   {f"reward_{k}_total": DESCRIPTIONS[k] for k in ("ok", *FAILURES)})
 

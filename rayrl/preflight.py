@@ -5,6 +5,7 @@ scheduler.address answers. Each failure is a ConfigError naming the key, the val
 from __future__ import annotations
 
 import inspect
+import os
 import socket
 from pathlib import Path
 
@@ -13,8 +14,9 @@ from rayrl.rewards.registry import load_reward_fn
 
 
 def check_reward_fn(spec: str) -> None:
+    """Importable here, from sys.path or the working directory (as the reward actors will import it)."""
     try:
-        fn = load_reward_fn(spec)
+        fn = load_reward_fn(spec, [os.getcwd()])
     except ValueError as err:
         raise ConfigError(str(err)) from None
     try:

@@ -84,7 +84,7 @@ class Trainer:
             cfg.rollout.batch_size, cfg.rollout.max_staleness, version, state.ledger if state else None,
             cfg.algorithm.dynamic_sampling)
         self.rewards = [RewardActor.options(**self._named(f"reward-{i}", "service"), max_restarts=cfg.reward.max_restarts,
-                                            max_task_retries=cfg.reward.max_restarts).remote(cfg, i)
+                                            max_task_retries=cfg.reward.max_restarts).remote(cfg, i, [os.getcwd()])
                         for i in range(cfg.reward.num_actors)]
         self.rollouts = [
             RolloutWorker.options(**self._named(f"rollout-{i}", "rollout", i), max_restarts=cfg.rollout.max_restarts)
@@ -158,8 +158,10 @@ class Trainer:
             ready, _ = ray.wait([ref, *run_refs], num_returns=1, timeout=self.cfg.rollout.queue_check_s)
             if dead := self.healer.dead(run_refs):
                 self.healer.heal(run_refs, dead)
-            if not ready and self.cfg.algorithm.dynamic_sampling:
-                self.top_up()
+            if not ready:
+                self.reward_failures()  # a failing reward must stop the run, not starve it of batches
+                if self.cfg.algorithm.dynamic_sampling:
+                    self.top_up()
         items = sorted(ray.get(ref), key=lambda item: stream_position(item[1].task_id))
         self.untrained.difference_update(stream_position(meta.task_id) for _, meta in items)
         metas = [meta for _, meta in items]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import math
 import numbers
+import sys
 from collections.abc import Callable
 
 import msgspec
@@ -20,8 +21,12 @@ class RewardResult(msgspec.Struct, frozen=True):
 RewardFn = Callable[[Sample, Task], "float | RewardResult"]
 
 
-def load_reward_fn(spec: str) -> RewardFn:
-    """'pkg.mod:fn' -> the function; a clear error names what could not be found."""
+def load_reward_fn(spec: str, search_path: list[str] | None = None) -> RewardFn:
+    """'pkg.mod:fn' -> the function; a clear error names what could not be found. search_path: directories
+    to import from besides sys.path (the driver's working directory, for reward actors on its node)."""
+    for d in search_path or []:
+        if d not in sys.path:
+            sys.path.append(d)
     if ":" not in spec:
         raise ValueError(f"reward.fn '{spec}' must look like 'package.module:function'")
     mod_name, attr = spec.split(":", 1)
