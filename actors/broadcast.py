@@ -30,9 +30,9 @@ class WeightBroadcaster:
 
     def setup(self) -> dict:
         """Create the sync group (learner rank 0 = rank 0, on its node) and agree on the bucket plan."""
-        addr, port = ray.get(node_address.options(scheduling_strategy=self.learners.rank0_strategy).remote())
+        addr, port, key = ray.get(node_address.options(scheduling_strategy=self.learners.rank0_strategy).remote())
         topo = topology(ray.get([w.sync_ranks.remote() for w in self.rollouts]))
-        info = lambda rank: GroupInfo(addr, port, topo.world_size, rank, self.cfg.sync.timeout_s)  # noqa: E731
+        info = lambda rank: GroupInfo(addr, port, topo.world_size, rank, self.cfg.sync.timeout_s, key)  # noqa: E731
         wait_all([self.learners.rank0.init_weight_sync.remote(info(0))]
                  + [w.init_weight_transfer.remote(info(r)) for w, r in zip(self.rollouts, topo.first_ranks)],
                  ["learner-0", *self.names], "forming the weight-sync group", self.cfg.sync.timeout_s)

@@ -16,7 +16,7 @@ from rayrl.placement import node_address
 @ray.remote
 class CriticWorker:
     def __init__(self, rank: int, world_size: int, cfg: Config, model_path: str, num_threads: int, pad_id: int,
-                 master: tuple[str, int] | None = None) -> None:
+                 master: tuple[str, int, str] | None = None) -> None:
         if cfg.learner.backend != "torch":
             init_process_group(cfg, rank, world_size, master)
         self.critic, self.pad_id = Critic(cfg, model_path, num_threads), pad_id

@@ -16,21 +16,21 @@ from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan_buckets
 from rayrl.faults import wait_all
 from rayrl.metrics import merge_rank_stats
-from rayrl.placement import node_address
+from rayrl.placement import init_method, node_address
 from rayrl.types import Batch, TrajectoryGroup
 
 
-def init_process_group(cfg: Config, rank: int, world_size: int, master: tuple[str, int]) -> None:
+def init_process_group(cfg: Config, rank: int, world_size: int, master: tuple[str, int, str]) -> None:
     """A learner group's default process group, one per actor process: nccl on GPUs, gloo on CPU
     (weight sync has its own)."""
     gpu = cfg.cluster.n_gpus_per_node > 0 and torch.cuda.is_available()
-    addr, port = master
+    addr, port, key = master
     # DeepSpeed reads these; torch.distributed gets them explicitly below
     os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_RANK="0")
     if gpu:
         torch.cuda.set_device(0)  # Ray exposes exactly this rank's GPU
-    dist.init_process_group("nccl" if gpu else "gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
+    dist.init_process_group("nccl" if gpu else "gloo", init_method=init_method(addr, port, key), rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=cfg.learner.process_group_timeout_s))
 
 
@@ -44,7 +44,7 @@ def fetch_batch(refs: list[list[ray.ObjectRef]], pad_id: int) -> tuple[list[Traj
 @ray.remote
 class LearnerWorker:
     def __init__(self, rank: int, world_size: int, cfg: Config, model_path: str, num_threads: int,
-                 master: tuple[str, int] | None = None) -> None:
+                 master: tuple[str, int, str] | None = None) -> None:
         self.rank, self.world_size, self.cfg = rank, world_size, cfg
         if cfg.learner.backend != "torch":
             init_process_group(cfg, rank, world_size, master)

@@ -33,6 +33,9 @@ class SchedulerConfig(_Section):
     address: str = "auto"  # used when type == "ray"
     connect_timeout_s: float = Field(10.0, gt=0)  # type == "ray" with host:port: the head must answer within it
     include_dashboard: bool = True  # bound to dashboard_host; `ray list actors` needs it
+    # local: every listener of the private cluster on 127.0.0.1 (Ray's single-machine mode); False binds
+    # the node's address, for attaching other nodes to it
+    loopback_only: bool = True
     dashboard_host: str = "127.0.0.1"
 
 

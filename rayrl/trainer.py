@@ -28,11 +28,22 @@ from rayrl.rewards.scoring import failing, merge_stats
 from rayrl.types import Task
 
 
+def loopback_only() -> None:
+    """Ray's switch for a one-machine cluster (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0): every process it
+    starts binds 127.0.0.1. Ray reads it once at import, so this process's copy is set as well."""
+    from ray._private import ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 def start_ray(cfg: Config, num_cpus: int) -> bool:
     """Start (local) or join (ray) a cluster unless one is already up; True if we started it."""
     if ray.is_initialized():
         return False
     if cfg.scheduler.type == "local":
+        if cfg.scheduler.loopback_only:
+            loopback_only()
         ray.init(address="local", num_cpus=max(num_cpus, os.cpu_count() or 1),
                  include_dashboard=cfg.scheduler.include_dashboard, dashboard_host=cfg.scheduler.dashboard_host)
         reaper.start(os.getpid())  # the private cluster goes with the driver, even when it is killed

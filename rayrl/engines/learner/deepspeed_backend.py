@@ -30,6 +30,23 @@ def ds_config(cfg: Config, train: bool) -> dict:
     return out
 
 
+def _safe_checkpoint_engine():
+    """DeepSpeed's torch checkpoint engine, loading with weights_only=True: a checkpoint file cannot run
+    code (DeepSpeed's own loads with weights_only=False)."""
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    allowed = [ZeroStageEnum, LossScaler]  # the non-tensor types DeepSpeed's ZeRO checkpoints hold
+
+    class WeightsOnlyCheckpointEngine(TorchCheckpointEngine):
+        def load(self, path: str, map_location=None):
+            with torch.serialization.safe_globals(allowed):
+                return torch.load(path, map_location=map_location, weights_only=True)
+
+    return WeightsOnlyCheckpointEngine()
+
+
 class DeepSpeedBackend:
     def __init__(self, cfg: Config, model, ref_model, device: torch.device) -> None:
         import deepspeed
@@ -41,6 +58,7 @@ class DeepSpeedBackend:
         self.model, _, _, self.scheduler = deepspeed.initialize(
             model=model, model_parameters=model.parameters(), config=ds_config(cfg, train=True),
             lr_scheduler=lambda opt: make_scheduler(opt, cfg.learner))
+        self.model.checkpoint_engine = _safe_checkpoint_engine()
         self.ref_model = None
         if ref_model is not None:
             self.ref_model = deepspeed.initialize(model=ref_model, config=ds_config(cfg, train=False))[0]

@@ -17,6 +17,7 @@ class GroupInfo(msgspec.Struct, frozen=True):
     world_size: int
     rank: int
     timeout_s: float
+    key: str = ""  # unique to this group: names its rendezvous file on a loopback-only cluster
 
 
 class TensorSpec(msgspec.Struct, frozen=True):

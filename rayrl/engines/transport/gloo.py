@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, checked_in_plan_order, pack, unpack
+from rayrl.placement.address import LOOPBACK, rendezvous_file
 
 
 class GlooTransport:
@@ -18,13 +19,18 @@ class GlooTransport:
         self._store = None
 
     def init(self, group_info: GroupInfo) -> None:
-        timeout = timedelta(seconds=group_info.timeout_s)
-        self._store = dist.TCPStore(
-            group_info.master_addr, group_info.master_port, group_info.world_size,
-            is_master=group_info.rank == 0, timeout=timeout,
-        )
-        prefixed = dist.PrefixStore("rayrl-weight-sync", self._store)
-        self._pg = dist.ProcessGroupGloo(prefixed, group_info.rank, group_info.world_size, timeout)
+        g, timeout = group_info, timedelta(seconds=group_info.timeout_s)
+        if g.master_addr in LOOPBACK and g.key:  # one machine: a file rendezvous, gloo on 127.0.0.1
+            self._store = dist.FileStore(rendezvous_file(g.key), g.world_size)
+            options = dist.ProcessGroupGloo._Options()
+            options._timeout = timeout
+            options._devices = [dist.ProcessGroupGloo.create_device(hostname=g.master_addr)]
+            self._pg = dist.ProcessGroupGloo(dist.PrefixStore("rayrl-weight-sync", self._store), g.rank, g.world_size,
+                                             options)
+            return
+        self._store = dist.TCPStore(g.master_addr, g.master_port, g.world_size, is_master=g.rank == 0, timeout=timeout)
+        self._pg = dist.ProcessGroupGloo(dist.PrefixStore("rayrl-weight-sync", self._store), g.rank, g.world_size,
+                                         timeout)
 
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], plan: BucketPlan) -> None:
         """Consume tensors in plan order; broadcast each bucket as soon as it is full."""
