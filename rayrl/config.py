@@ -123,6 +123,9 @@ class LearnerConfig(_Section):
     lr: float = Field(5e-5, gt=0)
     lr_warmup_steps: int = Field(0, ge=0)
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"  # decay after warm-up, to 0 at total_steps
+    # a step whose advantages, loss or gradient norm is not finite is never applied; skip: counted, the run
+    # goes on; stop: the run stops naming the step and the cause
+    nonfinite: Literal["skip", "stop"] = "skip"
     process_group_timeout_s: float = Field(600.0, gt=0)  # the ranks' collectives (nccl / gloo) give up after it
     weight_decay: float = Field(0.0, ge=0)
     adam_betas: tuple[float, float] = Field((0.9, 0.999), strict=False)  # AdamW of every backend (DeepSpeed's too); a YAML list

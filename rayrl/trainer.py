@@ -126,6 +126,7 @@ class Trainer:
         self.prompts = PromptStream(self.train_tasks, cfg.data.seed)
         self.untrained: set[int] = set()  # stream positions fed and not trained yet
         self.dropped_rewards = [0.0, 0]  # reward sum and count of samples dropped for equal rewards
+        self.skipped_steps = 0  # steps the learner did not apply: something was not finite
         if state is not None:
             self.learners.load(str(self.resume_from / "learner"))
             if self.critics:
@@ -188,7 +189,18 @@ class Trainer:
             return self.learners.train(refs)
         values = self.critics.values(refs)
         stats = self.learners.train(refs, values)
-        return {**stats, **self.critics.train(refs, stats.pop("returns"), values)}
+        returns = stats.pop("returns")
+        return stats if stats.get("skipped") else {**stats, **self.critics.train(refs, returns, values)}
+
+    def check_finite(self, step: int, stats: dict) -> None:
+        """A step the learner skipped (non-finite advantages, loss or gradients): counted, or the run stops."""
+        if not stats.get("skipped"):
+            return
+        self.skipped_steps += 1
+        print(f"rayrl: step {step} skipped: non-finite {stats['skipped']}", flush=True)
+        if self.cfg.learner.nonfinite == "stop":
+            raise RunStopped(f"step {step}: non-finite {stats['skipped']}, the update was not applied "
+                             "(learner.nonfinite=stop)", exit_code=1)
 
     def top_up(self) -> None:
         """Dynamic sampling uses more prompts than batch_size a step: keep a batch's worth queued."""
@@ -285,7 +297,7 @@ class Trainer:
             "groups": ledger, "unused_groups": ledger["unused"], "rollout_restarts": self.healer.restarts,
             "rollout_recoveries": self.healer.recoveries,
             "reward_failures": self.reward_failures(), "mismatch": summarize_mismatch(self.step_records),
-            "aborted_samples": self.rollout_totals["aborted"],
+            "aborted_samples": self.rollout_totals["aborted"], "skipped_steps": self.skipped_steps,
             "max_staleness": cfg.rollout.max_staleness, "weight_sync": self.weight_sync, "nodes": self.placement.nodes(),
             "run_dir": str(self.run_dir), "model_path": self.model_path,
         }
@@ -309,6 +321,7 @@ class Trainer:
             refs = self.next_batch(run_refs)
             t1 = time.perf_counter()
             stats = self.train(refs)
+            self.check_finite(step, stats)
             t2 = time.perf_counter()
             synced = self.sync(run_refs)  # rollout workers and buffer move to v+1
             t3 = time.perf_counter()

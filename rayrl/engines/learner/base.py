@@ -20,7 +20,11 @@ class LearnerBackend(Protocol):
         """Accumulate gradients; last marks the final micro-batch before the optimizer step."""
 
     def step(self) -> float:
-        """Clip, take the optimizer and LR-schedule step, zero gradients; returns the global grad norm."""
+        """Clip, take the optimizer and LR-schedule step, zero gradients; returns the global grad norm.
+        A non-finite norm skips the update where the backend can."""
+
+    def discard_grads(self) -> bool:
+        """Drop the gradients accumulated so far (a non-finite loss); False if the backend cannot."""
 
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Every parameter, full, one at a time; gathered in lockstep on every rank."""

@@ -67,6 +67,10 @@ class DeepSpeedBackend:
         self.model.set_gradient_accumulation_boundary(last)
         self.model.backward(loss, scale_wrt_gas=False)
 
+    def discard_grads(self) -> bool:
+        """DeepSpeed cannot drop a half-accumulated step (its ZeRO buckets are mid-reduction)."""
+        return False
+
     def step(self) -> float:
         self.model.step()
         norm = self.model.get_global_grad_norm()

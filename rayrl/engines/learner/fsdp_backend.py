@@ -4,6 +4,7 @@ learner.dtype=bfloat16; optional CPU offload and activation checkpointing."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,11 +48,18 @@ class FSDPBackend:
         loss.backward()
 
     def step(self) -> float:
+        """A non-finite gradient norm (global: every rank sees the same) skips the update."""
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.learner.grad_clip)
-        self.optimizer.step()
-        self.scheduler.step()
+        norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        if math.isfinite(norm):
+            self.optimizer.step()
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        return norm
+
+    def discard_grads(self) -> bool:
+        self.optimizer.zero_grad(set_to_none=True)
+        return True
 
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """One full tensor at a time, gathered on every rank in the same order (a collective)."""

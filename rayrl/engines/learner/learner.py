@@ -7,6 +7,7 @@ global tokens × world size, and data parallelism averages the gradients.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,8 @@ class Learner:
         mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
         mismatch, kl = self._score(mbs, batch)
         batch.advantages, self.last_returns = advantages(rewards, batch.group_index, mask, alg, kl, values)
+        if dp.max(int(not torch.isfinite(batch.advantages).all())):  # every rank agrees, before any backward
+            return self._skipped("advantages", mbs, mismatch)
         weights = token_weights(mask, batch.group_index, alg.aggregation())
         for mb in mbs:
             mb.advantages, mb.weights = view(batch.advantages, mb), view(weights, mb)
@@ -134,13 +137,26 @@ class Learner:
                 logp, ent = out if entropy else (out, None)
                 on = [_on(t, logp) for t in (mb.behav_logprobs, mb.prox_logprobs, mb.advantages, mb.weights)]
                 loss, extra = policy_loss(logp, *on, alg, denom, _on(mb.seq_ids, logp), _on(mb.ref_logprobs, logp), ent)
+                if dp.max(int(not torch.isfinite(loss).item())):
+                    if not backend.discard_grads():
+                        raise RuntimeError(f"non-finite loss at step {self.version + 1}; learner.backend="
+                                           f"{cfg.learner.backend} cannot drop a half-accumulated step")
+                    return self._skipped("loss", mbs, mismatch)
                 backend.backward(loss * dp.world_size, last=i == len(chunk) - 1)
                 total += loss.item()
             norms.append(backend.step())
+            if not math.isfinite(norms[-1]):  # the backend did not apply it
+                return self._skipped("gradients", mbs, mismatch)
             losses.append(dp.sum(total))
         self.version += 1
         return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
-                "micro_batches": len(mbs), **mismatch.result(), **extra}
+                "micro_batches": len(mbs), "skipped": "", **mismatch.result(), **extra}
+
+    def _skipped(self, cause: str, mbs: list, mismatch: MismatchMeter) -> dict[str, float]:
+        """A step whose advantages, loss or gradients were not finite: no update, the version still
+        advances (the driver counts it, or stops the run with learner.nonfinite=stop)."""
+        self.version += 1
+        return {"loss": 0.0, "grad_norm": 0.0, "micro_batches": len(mbs), "skipped": cause, **mismatch.result()}
 
     # ---- weights and checkpoints ------------------------------------------------------------
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

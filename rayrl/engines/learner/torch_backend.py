@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,11 +24,17 @@ class TorchBackend:
         loss.backward()
 
     def step(self) -> float:
+        """A non-finite gradient norm skips the update (and the LR schedule), dropping the gradients."""
         norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.learner.grad_clip))
-        self.optimizer.step()
-        self.scheduler.step()
+        if math.isfinite(norm):
+            self.optimizer.step()
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
+
+    def discard_grads(self) -> bool:
+        self.optimizer.zero_grad(set_to_none=True)
+        return True
 
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         for name, p in self.model.named_parameters():
