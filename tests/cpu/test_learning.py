@@ -1,8 +1,8 @@
 """An asynchronous run on the real Ray pipeline whose held-out accuracy and sampled reward rise.
 
 The bars are about half (held-out) and three fifths (reward) of the smallest gains of three repeats of
-this very run at the default learning rate (`python -m benchmarks.learning_repeats --runs 3`,
-learning_repeats-20261201-102054.json: held-out gains 0.35-0.40, reward gains 0.234-0.237).
+this very run with the defaults (150 steps, dynamic sampling; `python -m benchmarks.learning_repeats
+--runs 3`, learning_repeats-20261201-124111.json: held-out gains 0.285-0.325, reward gains 0.139-0.147).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 from benchmarks.learning_repeats import STEPS, TEST_RUN, reward_ends
 from rayrl.trainer import train
 
-EVAL_GAIN = 0.17  # held-out greedy accuracy, after minus before
-REWARD_GAIN = 0.14  # mean sampled reward, last 25 steps minus first 25
+EVAL_GAIN = 0.14  # held-out greedy accuracy, after minus before
+REWARD_GAIN = 0.08  # mean sampled reward (dropped groups included), last 25 steps minus first 25
 
 
 def test_run_learns(ray_cluster, make_cfg):
