@@ -17,13 +17,14 @@ def model_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def make_cfg(model_cache, tmp_path_factory):
-    """make_cfg("rollout.batch_size=4", ...) -> Config sized for tests, runs under a tmp dir."""
+    """make_cfg("rollout.batch_size=4", ...) -> Config sized for tests, runs under a tmp dir. Dynamic
+    sampling is off unless a test turns it on: its replacement prompts made short test runs slower."""
     runs = tmp_path_factory.mktemp("runs")
 
     def make(*overrides: str) -> Config:
         base = [f"model.cache_dir={model_cache}", f"metrics.run_dir={runs}", "metrics.progress=false",
                 "rollout.batch_size=8", "rollout.group_size=4", "learner.total_steps=3",
-                "data.eval_size=40", "checkpoint.save_final=false"]
+                "data.eval_size=40", "checkpoint.save_final=false", "algorithm.dynamic_sampling=false"]
         return load_config(None, base + list(overrides))
 
     return make
