@@ -1,7 +1,7 @@
 """TrajectoryBuffer: the prompt queue, the leases of prompts being generated, and the refs of scored
 groups; admits new rollouts by the staleness rule. Prompts a dead rollout worker held go back to the
 front of the queue, and its counts stay balanced:
-produced = trained + waiting + failed + dropped_stale + equal_rewards."""
+produced = trained + waiting + failed + dropped_stale + equal_rewards + rejected (by the workflow)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ class TrajectoryBuffer:
         """version / ledger: where a resumed run stands (its trained groups count as accepted).
         drop_equal_rewards: dynamic sampling, groups whose rewards are all equal are not kept."""
         self.ledger = {"produced": 0, "trained": 0, "failed": 0, "dropped_stale": 0, "equal_rewards": 0,
-                       "requeued": 0, **(ledger or {})}
+                       "requeued": 0, "rejected": 0, **(ledger or {})}
         self.drop_equal_rewards = drop_equal_rewards
-        self.dropped: list[str] = []  # task ids of groups dropped for equal rewards, until the driver asks
+        self.dropped: list[str] = []  # task ids dropped (equal rewards) or rejected, until the driver asks
         self.dropped_rewards = [0.0, 0]  # their samples' reward sum and count, until the driver asks
         accepted = self.ledger["trained"]
         self.manager = StalenessManager(batch_size, max_staleness, version, accepted)
@@ -114,6 +114,24 @@ class TrajectoryBuffer:
             self.ledger["produced"] += 1
             self._publish()
 
+    async def reject(self, worker: int, task_id: str) -> None:
+        """The workflow returned None for the task: counted, its slot goes to a further prompt, and it is
+        not generated again."""
+        async with self.changed:
+            self.leases.get(worker, {}).pop(task_id, None)
+            self.manager.on_reject()
+            self.ledger["produced"] += 1
+            self.ledger["rejected"] += 1
+            self.dropped.append(task_id)
+            self._publish()
+
+    async def wait_prompts_below(self, n: int) -> int:
+        """Returns once fewer than n prompts are queued (or the buffer closed): the driver feeds more
+        right away rather than on its next check."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.closed or len(self.prompts) < n)
+            return len(self.prompts)
+
     async def fail(self, worker: int, task_id: str) -> None:
         """A group came back but could not be scored: counted, and its prompt is generated again."""
         async with self.changed:
@@ -155,8 +173,8 @@ class TrajectoryBuffer:
         self._publish()
 
     async def take_dropped(self) -> tuple[list[str], float, int]:
-        """Task ids dropped for equal rewards since the last call (the driver stops tracking them), with
-        their samples' reward sum and count (the sampled reward counts them)."""
+        """Task ids dropped for equal rewards or rejected since the last call (the driver stops tracking
+        them), with the dropped samples' reward sum and count (the sampled reward counts them)."""
         ids, (total, n) = self.dropped, self.dropped_rewards
         self.dropped, self.dropped_rewards = [], [0.0, 0]
         return ids, total, n

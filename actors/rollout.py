@@ -1,32 +1,35 @@
-"""RolloutWorker: leases prompts from the buffer, generates, has a reward actor score each group and
-hands the scored group to the buffer, which owns it from then on (a dead worker loses no finished
-group). Generation and control run in separate concurrency groups, so pause / weight updates are
-served while generation is in flight."""
+"""RolloutWorker: leases prompts from the buffer and runs the workflow's episodes for them concurrently
+(generation and reward in one coroutine, engine calls of all episodes batched together), handing each
+scored group to the buffer, which owns it from then on (a dead worker loses no finished group).
+Generation and control run in separate concurrency groups, so pause / weight updates are served while
+episodes are in flight."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import zlib
 
 import ray
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.registry import ROLLOUT_ENGINES, resolve
+from rayrl.imports import load_object
 from rayrl.metrics import RayMetrics
 from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
+from rayrl.workflows.base import EpisodeEngine, Sampling, request_seed
 
 
-def request_seed(seed: int, task_id: str) -> int:
-    """The same task id samples the same way in every run and after a resume."""
-    return zlib.crc32(f"{seed}:{task_id}".encode())
+class RewardUnavailable(RuntimeError):
+    """The reward actors could not score a group, even after their restarts."""
 
 
-# "gen" is left at Ray's own bound for async actors; rollout.max_concurrent_calls limits the engine calls
+# "gen" is left at Ray's own bound for async actors; the engine batches the calls of concurrent episodes
 @ray.remote(concurrency_groups={"gen": 1000, "ctrl": 1})
 class RolloutWorker:
     def __init__(self, index: int, cfg: Config, model_path: str, template: PromptTemplate, buffer,
-                 rewards: list, num_threads: int) -> None:
+                 rewards: list, num_threads: int, gateway=None, gateway_url: str = "",
+                 search_path: list[str] | None = None) -> None:
         """Also what a restart runs: the engine comes back with model_path's weights and no sync group,
         and generates nothing until the driver has it rejoin and load the current weights."""
         self.index, self.cfg = index, cfg
@@ -35,28 +38,52 @@ class RolloutWorker:
         self.template, self.buffer, self.rewards = template, buffer, rewards
         engine_cls = resolve(ROLLOUT_ENGINES, cfg.model.backend, "model.backend")
         self.engine = engine_cls(model_path, cfg, num_threads, template.tokenizer)
+        workflow_cls = load_object(cfg.rollout.workflow, "rollout.workflow", search_path or [os.getcwd()], "class")
+        self.workflow = workflow_cls(cfg)
+        r = cfg.rollout
+        max_context = r.max_model_len or int(getattr(self.engine, "max_context", 0) or 1 << 30)
+        common = dict(template=template, max_context=max_context, gateway=gateway, gateway_url=gateway_url, worker=index)
+        self.train_engine = EpisodeEngine(self._train_generate, self._score,
+                                          sampling=Sampling(r.group_size, r.temperature, r.max_new_tokens, r.seed), **common)
+        self.eval_common = common
         self.stopped, self.joined = False, False
-        self.scoring: set[asyncio.Task] = set()  # groups being scored and handed to the buffer
-        self.scoring_error: BaseException | None = None
-        self.calls = asyncio.Semaphore(cfg.rollout.max_concurrent_calls)
-        self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0}
+        self.episodes: set[asyncio.Task] = set()  # episodes running now (generation, reward, hand-over)
+        self.episode_error: BaseException | None = None
+        self.busy_since, self.training_calls = 0.0, 0  # engine busy time of training episodes (gen_s)
+        self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0, "rejected": 0}
         self.metrics = RayMetrics("rollout", f"rollout-{index}", {
             "rollout_samples_total": "samples generated", "rollout_tokens_total": "completion tokens",
-            "rollout_errors_total": "failed generation calls",
+            "rollout_errors_total": "failed episodes", "rollout_rejected_total": "tasks the workflow rejected",
             "rollout_aborted_total": "samples cut short (request timeout), returned with partial tokens",
             "rollout_starts_total": "times this worker started (more than 1: it was restarted)"},
-            {"rollout_requests_in_flight": "prompts being generated now", "rollout_version": "policy version held"})
+            {"rollout_requests_in_flight": "prompts being generated now", "rollout_version": "policy version held",
+             "rollout_episodes_in_flight": "episodes running now"})
         self.metrics.inc("rollout_starts_total")
         self.in_flight = 0
 
     # ---- generation ---------------------------------------------------------------------
     @ray.method(concurrency_group="gen")
     async def generate(self, requests: list[GenerationRequest]) -> list[Sample]:
-        """Raw requests in, samples out (no reward, no buffer): evaluation, benchmarks, your own loops."""
-        async with self.calls:
+        """Raw requests in, samples out (no reward, no buffer): evaluation, benchmarks, the gateway."""
+        self._in_flight(len(requests))
+        try:
             samples = await self.engine.generate(requests)
+        finally:
+            self._in_flight(-len(requests))
         self._count(samples)
         return samples
+
+    async def _train_generate(self, requests: list[GenerationRequest]) -> list[Sample]:
+        """generate() for training episodes, timing how long the engine had any of them (gen_s)."""
+        if self.training_calls == 0:
+            self.busy_since = time.perf_counter()
+        self.training_calls += 1
+        try:
+            return await self.generate(requests)
+        finally:
+            self.training_calls -= 1
+            if self.training_calls == 0:
+                self.totals["gen_s"] += time.perf_counter() - self.busy_since
 
     def _in_flight(self, change: int) -> None:
         self.in_flight += change
@@ -70,67 +97,83 @@ class RolloutWorker:
         self.metrics.inc("rollout_samples_total", len(samples))
         self.metrics.inc("rollout_tokens_total", n_tokens)
 
+    async def _score(self, group: TrajectoryGroup) -> TrajectoryGroup:
+        """One reward actor call per group, spread over the reward actors."""
+        reward = self.rewards[self.totals["groups"] % len(self.rewards)]
+        self.totals["groups"] += 1
+        try:
+            return await reward.score.remote(group)
+        except ray.exceptions.RayError as err:
+            raise RewardUnavailable(str(err)) from err
+
     @ray.method(concurrency_group="gen")
     async def generate_groups(self, tasks: list[Task], n: int, temperature: float) -> list[TrajectoryGroup]:
-        """n samples per task, unscored, one engine call."""
+        """n samples per task, unscored, one engine call (no workflow: the raw single-turn path)."""
         requests = [GenerationRequest(t.id, self.template.encode(t), n, self.cfg.rollout.max_new_tokens,
                                       temperature, seed=request_seed(self.cfg.rollout.seed, t.id)) for t in tasks]
-        async with self.calls:
-            self._in_flight(len(requests))
-            try:
-                samples = await self.engine.generate(requests)
-            finally:
-                self._in_flight(-len(requests))
+        samples = await self.generate(requests)
         by_id: dict[str, list] = {t.id: [] for t in tasks}
         for s in samples:
             by_id[s.request_id].append(s)
-        self._count(samples)
         return [TrajectoryGroup(t, by_id[t.id]) for t in tasks]
 
     @ray.method(concurrency_group="gen")
-    async def run(self) -> dict:
-        """The continuous loop: lease prompts -> generate -> score and hand to the buffer, until stopped."""
+    async def evaluate(self, tasks: list[Task], n: int, temperature: float) -> list[TrajectoryGroup]:
+        """The workflow's scored episodes at evaluation settings; tasks it rejects are left out."""
         r = self.cfg.rollout
-        while not self.stopped and self.scoring_error is None:
-            tasks = await self.buffer.take.remote(self.index, r.groups_per_call, self.life)
+        engine = EpisodeEngine(self.generate, self._score, sampling=Sampling(n, temperature, r.max_new_tokens, r.seed),
+                               **self.eval_common)
+        groups = await asyncio.gather(*(self.workflow.arun_episode(engine, t) for t in tasks))
+        return [g for g in groups if g is not None]
+
+    @ray.method(concurrency_group="gen")
+    async def run(self) -> dict:
+        """The continuous loop: lease prompts (the buffer admits them by staleness) and start an episode
+        for each, until stopped; then wait for the episodes still running."""
+        while not self.stopped and self.episode_error is None:
+            tasks = await self.buffer.take.remote(self.index, self.cfg.rollout.groups_per_call, self.life)
             if not tasks:  # the buffer closed
                 break
-            try:
-                t0 = time.perf_counter()
-                groups = await self.generate_groups(tasks, r.group_size, r.temperature)
-                self.totals["gen_s"] += time.perf_counter() - t0  # training rollouts only, not evaluation
-            except Exception:
-                self.totals["errors"] += 1
-                self.metrics.inc("rollout_errors_total")
-                await self.buffer.requeue.remote(self.index, [t.id for t in tasks])  # this call's prompts only
-                raise
-            for g in groups:
-                reward = self.rewards[self.totals["groups"] % len(self.rewards)]
-                job = asyncio.create_task(self._score_and_hand_over(reward, g))
-                self.scoring.add(job)
-                job.add_done_callback(self._scored)
-                self.totals["groups"] += 1
-            if self.scoring_error is not None:
-                raise self.scoring_error
-        await asyncio.gather(*self.scoring)
-        if self.scoring_error is not None:
-            raise self.scoring_error
-        return {**self.totals, **self.engine.stats()}
+            for task in tasks:
+                job = asyncio.create_task(self._episode(task))
+                self.episodes.add(job)
+                job.add_done_callback(self._ended)
+            self.metrics.set("rollout_episodes_in_flight", len(self.episodes))
+        await asyncio.gather(*self.episodes)
+        if self.episode_error is not None:
+            raise self.episode_error
+        return {**self.totals, **self.engine.stats(), "workflow": self.workflow_stats()}
 
-    async def _score_and_hand_over(self, reward, group: TrajectoryGroup) -> None:
-        """The scored group goes to the buffer by value (the buffer owns it from then on, so it outlives
-        this worker); a group the reward actors cannot score, even after restarts, is a counted failure."""
+    async def _episode(self, task: Task) -> None:
+        """One task's episodes; the group goes to the buffer by value (it owns it from then on). Rejected
+        (None): counted. Unscorable: counted as failed and generated again. A raise: the prompt is given
+        back and the loop stops with the error (never a silently lost prompt)."""
         try:
-            scored = await reward.score.remote(group)
-        except ray.exceptions.RayError:
-            await self.buffer.fail.remote(self.index, group.task.id)
+            group = await self.workflow.arun_episode(self.train_engine, task)
+        except RewardUnavailable:
+            await self.buffer.fail.remote(self.index, task.id)
             return
-        await self.buffer.put.remote(self.index, scored, GroupMeta(group.task.id, group.min_version, self.label))
+        except Exception:
+            self.totals["errors"] += 1
+            self.metrics.inc("rollout_errors_total")
+            await self.buffer.requeue.remote(self.index, [task.id])
+            raise
+        if group is None:
+            self.totals["rejected"] += 1
+            self.metrics.inc("rollout_rejected_total")
+            await self.buffer.reject.remote(self.index, task.id)
+            return
+        await self.buffer.put.remote(self.index, group, GroupMeta(task.id, group.min_version, self.label))
 
-    def _scored(self, job: asyncio.Task) -> None:
-        self.scoring.discard(job)
-        if not job.cancelled() and job.exception() is not None and self.scoring_error is None:
-            self.scoring_error = job.exception()  # raised by the loop: never a silently lost group
+    def _ended(self, job: asyncio.Task) -> None:
+        self.episodes.discard(job)
+        if not job.cancelled() and job.exception() is not None and self.episode_error is None:
+            self.episode_error = job.exception()  # raised by the loop
+
+    def workflow_stats(self) -> dict:
+        """The workflow's own counts (tool failures, malformed tool calls, ...), if it keeps any."""
+        stats = getattr(self.workflow, "stats", None)
+        return dict(stats()) if callable(stats) else {}
 
     # ---- control ------------------------------------------------------------------------
     @ray.method(concurrency_group="ctrl")
@@ -139,7 +182,8 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="ctrl")
     def stats(self) -> dict:
-        return {**self.totals, "version": self.engine.version, **self.engine.stats(), "gpu_ids": ray.get_gpu_ids()}
+        return {**self.totals, "version": self.engine.version, **self.engine.stats(), "gpu_ids": ray.get_gpu_ids(),
+                "workflow": self.workflow_stats()}
 
     @ray.method(concurrency_group="ctrl")
     async def pause(self) -> None:

@@ -3,7 +3,8 @@
     python benchmarks/async_vs_sync.py [--steps 60] [key=value ...]
 
 Prints, per step: engine generation time, the driver's wait for a batch (generation + reward + actor
-hops), training + weight sync, step time, the measured speedup, and the ideal (gen + train) / max(gen,
+hops), training + weight sync, step time, control time (step - generation - training + sync: actor
+round trips, rewards, feeding prompts), the measured speedup, and the ideal (gen + train) / max(gen,
 train) that perfect overlap would give, taken from the synchronous run's wait and train+sync times.
 Writes JSON to benchmarks/results/.
 """
@@ -35,13 +36,14 @@ def main() -> None:
         # rollout side as the driver sees it: waiting for a batch (engine time + reward + actor hops)
         wait, trn = s["wait_s_per_step"], s["train_s_per_step"] + s["sync_s_per_step"]
         rows.append({"eta": eta, "engine_gen_s": s["generation_s_per_step"], "wait_s": wait, "train_sync_s": trn,
-                     "step_s": s["step_s_mean"], "ideal_speedup": (wait + trn) / max(wait, trn),
+                     "step_s": s["step_s_mean"], "control_s": s["step_s_mean"] - s["generation_s_per_step"] - trn,
+                     "ideal_speedup": (wait + trn) / max(wait, trn),
                      "samples_per_s": s["samples"] / s["loop_s"],
                      "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"]})
     ray.shutdown()
     for r in rows:
         r["speedup"] = rows[0]["step_s"] / r["step_s"]
-    print_table(rows, ["eta", "engine_gen_s", "wait_s", "train_sync_s", "step_s", "speedup", "ideal_speedup", "samples_per_s",
+    print_table(rows, ["eta", "engine_gen_s", "wait_s", "train_sync_s", "step_s", "control_s", "speedup", "ideal_speedup", "samples_per_s",
                        "eval_before", "eval_after"])
     sync, asyn = rows
     path = write_result("async_vs_sync", {"steps": args.steps, "overrides": args.overrides, "runs": rows,

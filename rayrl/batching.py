@@ -23,7 +23,7 @@ def collate(groups: list[TrajectoryGroup], pad_id: int) -> Batch:
         p, c = len(s.prompt_ids), len(s.completion_ids)
         ids[b, : p + c] = torch.tensor(s.prompt_ids + s.completion_ids)
         attn[b, : p + c] = 1
-        loss_mask[b, p: p + c] = 1.0
+        loss_mask[b, p: p + c] = 1.0 if s.loss_mask is None else torch.tensor(s.loss_mask, dtype=torch.float32)
         behav[b, p: p + c] = torch.tensor(s.logprobs)
         versions[b, p: p + c] = torch.tensor(s.versions)
         group_index[b] = gid[id(g)]

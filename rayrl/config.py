@@ -74,8 +74,12 @@ class RolloutConfig(_Section):
     max_new_tokens: int = Field(6, ge=1)
     temperature: float = Field(0.7, gt=0)
     max_staleness: int = Field(1, ge=0)  # η; 0 is synchronous RL
-    groups_per_call: int = Field(4, ge=1)  # prompt groups one engine call batches together
-    max_concurrent_calls: int = Field(4, ge=1)  # engine calls a rollout worker runs at once
+    # the episode code: a Workflow class by import string (single-turn RLVR, multi-turn tool use, an
+    # OpenAI-client agent, or your own)
+    workflow: str = "rayrl.workflows.rlvr:SingleTurn"
+    groups_per_call: int = Field(4, ge=1)  # prompts one lease from the buffer hands a worker; their episodes start together
+    # hf engine: decode batches running at once; requests that arrive while all are busy join one batch
+    max_concurrent_calls: int = Field(4, ge=1)
     prompt_lead_batches: int = Field(2, ge=1)  # prompt batches queued beyond what staleness admits
     queue_check_s: float = Field(1.0, gt=0)  # while waiting for a batch: how often the driver checks workers and prompts
     eval_temperature: float = Field(0.0, ge=0)  # held-out evaluation; 0 is greedy
@@ -111,6 +115,28 @@ class RewardConfig(_Section):
     # past this share the run stops naming the function and the reasons, rather than train on zeros
     max_failure_fraction: float = Field(0.5, gt=0, le=1)
     failure_window: int = Field(256, ge=1)
+
+
+class AgentConfig(_Section):
+    """Multi-turn episodes: rollout.workflow=rayrl.workflows.multi_turn:ToolUse (built-in tool loop) or
+    rayrl.workflows.openai_agent:OpenAIAgent (your agent function against the OpenAI-compatible gateway)."""
+
+    tools: list[str] = ["rayrl.workflows.tools:calculator"]  # Tool objects by import string (ToolUse)
+    max_turns: int = Field(4, ge=1)  # assistant turns per episode
+    tool_timeout_s: float = Field(5.0, gt=0)  # a tool call past it becomes an error observation
+    turn_discount: float = Field(1.0, ge=0, le=1)  # episode reward: sum over turns t of turn_discount**t * r_t
+    system_prompt: str | None = None  # ToolUse: a system message before the task
+    fn: str | None = None  # OpenAIAgent: 'pkg.module:agent', an async function (client, task) -> reward or None
+    episode_timeout_s: float = Field(300.0, gt=0)  # an agent episode past it is cancelled and counted
+    # the OpenAI-compatible endpoint (/v1/chat/completions), an HTTP server in a gateway actor; None: on
+    # when the workflow needs it (OpenAIAgent). In a multi-node run, bind an address the rollout nodes reach
+    gateway: bool | None = None
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = Field(0, ge=0, le=65535)  # 0: a free port
+    session_timeout_s: float = Field(600.0, gt=0)  # a session idle for longer is closed and counted as abandoned
+
+    def wants_gateway(self, workflow: str) -> bool:
+        return self.gateway if self.gateway is not None else workflow.endswith(":OpenAIAgent")
 
 
 class LearnerConfig(_Section):
@@ -254,7 +280,8 @@ class PlacementConfig(_Section):
 
 
 class DataConfig(_Section):
-    task: Literal["arithmetic", "gsm8k"] = "arithmetic"
+    # word_problems: arithmetic in words, for a calculator-tool agent (chat template, tool calls)
+    task: Literal["arithmetic", "gsm8k", "word_problems"] = "arithmetic"
     path: str | None = None  # gsm8k: a local jsonl of {"question", "answer"}; None reads hf_dataset
     hf_dataset: str = "openai/gsm8k"
     ops: list[Literal["+", "-", "*"]] = ["+"]
@@ -303,6 +330,7 @@ class Config(_Section):
     reward: RewardConfig = RewardConfig()
     # how it learns
     rollout: RolloutConfig = RolloutConfig()
+    agent: AgentConfig = AgentConfig()
     learner: LearnerConfig = LearnerConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     sync: SyncConfig = SyncConfig()
@@ -326,6 +354,9 @@ class Config(_Section):
         if self.algorithm.overlong_buffer >= self.rollout.max_new_tokens:
             raise ValueError(f"algorithm.overlong_buffer ({self.algorithm.overlong_buffer}) must be below "
                              f"rollout.max_new_tokens ({self.rollout.max_new_tokens})")
+        if self.rollout.workflow.endswith(":OpenAIAgent") and not self.agent.fn:
+            raise ValueError("rollout.workflow=...:OpenAIAgent runs agent.fn; set agent.fn='package.module:agent' "
+                             "(an async function (client, task) -> reward or None)")
         if self.rollout.tensor_parallel_size > 1 and not (gpus and self.model.backend == "vllm"):
             raise ValueError("rollout.tensor_parallel_size > 1 needs model.backend=vllm and GPUs "
                              "(cluster.n_gpus_per_node > 0)")

@@ -1,5 +1,5 @@
 """What can be checked before Ray starts is checked before Ray starts: the reward function imports and
-takes (sample, task), the files the config names exist, the run directory can be one, the cluster at
+takes (sample, task), the workflow class and agent function import, the files the config names exist, the run directory can be one, the cluster at
 scheduler.address answers. Each failure is a ConfigError naming the key, the value and what is expected."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import socket
 from pathlib import Path
 
 from rayrl.config import Config, ConfigError
+from rayrl.imports import load_object
 from rayrl.rewards.registry import load_reward_fn
 
 
@@ -26,6 +27,20 @@ def check_reward_fn(spec: str) -> None:
                           f"{inspect.signature(fn)}") from None
     except ValueError:  # a builtin without a signature: it will tell at call time
         pass
+
+
+def check_workflow(cfg: Config) -> None:
+    """rollout.workflow names a class with arun_episode; agent.fn (OpenAIAgent) an async function."""
+    try:
+        cls = load_object(cfg.rollout.workflow, "rollout.workflow", [os.getcwd()], "class")
+        fn = load_object(cfg.agent.fn, "agent.fn", [os.getcwd()], "function") if cfg.agent.fn else None
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if not inspect.isclass(cls) or not inspect.iscoroutinefunction(getattr(cls, "arun_episode", None)):
+        raise ConfigError(f"rollout.workflow '{cfg.rollout.workflow}' must be a class with "
+                          "`async def arun_episode(self, engine, task)` (see rayrl.workflows.base.Workflow)")
+    if fn is not None and not inspect.iscoroutinefunction(fn):
+        raise ConfigError(f"agent.fn '{cfg.agent.fn}' must be an async function (client, task) -> reward or None")
 
 
 def check_paths(cfg: Config) -> None:
@@ -59,5 +74,6 @@ def check_address(cfg: Config) -> None:
 
 def preflight(cfg: Config) -> None:
     check_reward_fn(cfg.reward.fn)
+    check_workflow(cfg)
     check_paths(cfg)
     check_address(cfg)

@@ -13,7 +13,7 @@ from pathlib import Path
 import ray
 
 from rayrl import checkpoint, reaper
-from rayrl.actors import CriticGroup, LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
+from rayrl.actors import CriticGroup, Gateway, LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
 from rayrl.algorithms.mismatch import MISMATCH_KEYS, summarize_mismatch
 from rayrl.checkpoint import RunState
 from rayrl.config import Config, save_config
@@ -21,6 +21,7 @@ from rayrl.data import PromptStream, PromptTemplate, load_tasks, stream_position
 from rayrl.faults import ActorFailed, RolloutHealer, RunStopped, StopRequest, learner_stopped
 from rayrl.metrics import Progress, RayMetrics, RunLog
 from rayrl.models import build_model
+from rayrl.models.tokenizer import load_tokenizer
 from rayrl.placement import PlacementPlan
 from rayrl.placement.storage import check_shared
 from rayrl.preflight import preflight
@@ -85,10 +86,8 @@ class Trainer:
         self.model_path = str(build_model(cfg))
         check_shared(self._checkpoint_root())  # with several nodes: one directory that every node sees
         self.placement.create()
-        from transformers import AutoTokenizer
-
         # once; kept by the driver, since a restarting rollout worker needs its constructor arguments again
-        tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        tokenizer = load_tokenizer(self.model_path)
         self.template_ref = template_ref = ray.put(PromptTemplate(tokenizer))
         version = state.version if state else 0
         self.buffer = TrajectoryBuffer.options(**self._named("buffer", "service")).remote(
@@ -97,11 +96,18 @@ class Trainer:
         self.rewards = [RewardActor.options(**self._named(f"reward-{i}", "service"), max_restarts=cfg.reward.max_restarts,
                                             max_task_retries=cfg.reward.max_restarts).remote(cfg, i, [os.getcwd()])
                         for i in range(cfg.reward.num_actors)]
+        # the OpenAI-compatible endpoint, for agent workflows: it routes each session to its episode's worker
+        self.gateway = Gateway.options(**self._named("gateway", "service")).remote(cfg, template_ref, []) \
+            if cfg.agent.wants_gateway(cfg.rollout.workflow) else None
+        self.gateway_url = ray.get(self.gateway.start.remote()) if self.gateway else ""
         self.rollouts = [
             RolloutWorker.options(**self._named(f"rollout-{i}", "rollout", i), max_restarts=cfg.rollout.max_restarts)
-            .remote(i, cfg, self.model_path, template_ref, self.buffer, self.rewards, self.placement.threads("rollout"))
+            .remote(i, cfg, self.model_path, template_ref, self.buffer, self.rewards, self.placement.threads("rollout"),
+                    self.gateway, self.gateway_url, [os.getcwd()])
             for i in range(cfg.rollout.num_workers)
         ]
+        if self.gateway:
+            ray.get(self.gateway.set_workers.remote(self.rollouts))
         self.learners = LearnerGroup(cfg, self.model_path, self.placement, namespace=self.namespace)
         self.broadcaster = WeightBroadcaster.options(**self._named("broadcaster", "service")).remote(
             cfg, self.learners, self.rollouts, self.buffer, version)
@@ -109,7 +115,7 @@ class Trainer:
         # ppo: the critic, a second learner group in the learners' bundles
         self.critics = CriticGroup(cfg, self.model_path, tokenizer.pad_token_id, self.placement, self.namespace) \
             if cfg.algorithm.type == "ppo" else None
-        self.actors = [self.buffer, *self.rewards, *self.rollouts, *self.learners.workers, self.broadcaster,
+        self.actors = [self.buffer, *self.rewards, *self.rollouts, *([self.gateway] if self.gateway else []), *self.learners.workers, self.broadcaster,
                        *(self.critics.workers if self.critics else [])]
         self.metrics = RayMetrics("driver", "driver", {"learner_steps_total": "training steps taken"}, {
             "learner_step_seconds": "the last step's training time", "learner_tokens_per_second": "trained tokens/s",
@@ -127,6 +133,7 @@ class Trainer:
         self.untrained: set[int] = set()  # stream positions fed and not trained yet
         self.dropped_rewards = [0.0, 0]  # reward sum and count of samples dropped for equal rewards
         self.skipped_steps = 0  # steps the learner did not apply: something was not finite
+        self.low_prompts = None  # the buffer's answer once its prompt queue runs low (dynamic sampling)
         if state is not None:
             self.learners.load(str(self.resume_from / "learner"))
             if self.critics:
@@ -153,27 +160,33 @@ class Trainer:
             ray.get(self.buffer.feed.remote(tasks))
 
     def evaluate(self, tasks: list[Task]) -> float:
-        """Held-out accuracy (greedy by default), spread over the rollout workers, scored by reward actors."""
+        """Held-out accuracy (greedy by default): the workflow's episodes, spread over the rollout workers.
+        A sample counts as a success at reward >= 1; a task the workflow rejects counts as failed."""
         r, k = self.cfg.rollout, len(self.rollouts)
-        gen = [w.generate_groups.remote(tasks[i::k], r.eval_samples_per_task, r.eval_temperature)
-               for i, w in enumerate(self.rollouts)]
-        groups = [g for part in ray.get(gen) for g in part]
-        scored = ray.get([self.rewards[i % len(self.rewards)].score.remote(g) for i, g in enumerate(groups)])
-        samples = [s for g in scored for s in g.samples]
-        return sum(s.reward >= 1.0 for s in samples) / max(1, len(samples))
+        parts = ray.get([w.evaluate.remote(tasks[i::k], r.eval_samples_per_task, r.eval_temperature)
+                         for i, w in enumerate(self.rollouts)])
+        successes = sum(s.reward >= 1.0 for part in parts for g in part for s in g.samples)
+        return successes / max(1, len(tasks) * r.eval_samples_per_task)
 
     def next_batch(self, run_refs: list) -> list[list[ray.ObjectRef]]:
         """The buffer's next batch (list-wrapped refs), in stream order; a rollout worker that died
         meanwhile is restarted and rejoins, one whose loop failed raises here instead of hanging."""
-        ref = self.buffer.get_batch.remote(self.cfg.rollout.batch_size)
+        B = self.cfg.rollout.batch_size
+        ref = self.buffer.get_batch.remote(B)
+        # dynamic sampling uses more prompts than B a step: the buffer answers once fewer than B are queued
+        # (one such call outstanding at a time, kept across steps)
+        if self.cfg.algorithm.dynamic_sampling and self.low_prompts is None:
+            self.low_prompts = self.buffer.wait_prompts_below.remote(B)
         while not ray.wait([ref], timeout=0)[0]:
-            ready, _ = ray.wait([ref, *run_refs], num_returns=1, timeout=self.cfg.rollout.queue_check_s)
+            low = [self.low_prompts] if self.low_prompts is not None else []
+            ready, _ = ray.wait([ref, *low, *run_refs], num_returns=1, timeout=self.cfg.rollout.queue_check_s)
             if dead := self.healer.dead(run_refs):
                 self.healer.heal(run_refs, dead)
+            if low and ray.wait(low, timeout=0)[0]:
+                self.top_up()
+                self.low_prompts = self.buffer.wait_prompts_below.remote(B)
             if not ready:
                 self.reward_failures()  # a failing reward must stop the run, not starve it of batches
-                if self.cfg.algorithm.dynamic_sampling:
-                    self.top_up()
         items = sorted(ray.get(ref), key=lambda item: stream_position(item[1].task_id))
         self.untrained.difference_update(stream_position(meta.task_id) for _, meta in items)
         metas = [meta for _, meta in items]
@@ -205,8 +218,7 @@ class Trainer:
     def top_up(self) -> None:
         """Dynamic sampling uses more prompts than batch_size a step: keep a batch's worth queued."""
         self.forget_dropped()
-        if ray.get(self.buffer.stats.remote())["queued"] < self.cfg.rollout.batch_size:
-            self.feed(self.prompts.fed + self.cfg.rollout.batch_size)
+        self.feed(self.prompts.fed + self.cfg.rollout.batch_size)
 
     def forget_dropped(self) -> None:
         """Groups dropped for equal rewards are done with: not pending, never regenerated; their rewards
@@ -297,6 +309,7 @@ class Trainer:
             "groups": ledger, "unused_groups": ledger["unused"], "rollout_restarts": self.healer.restarts,
             "rollout_recoveries": self.healer.recoveries,
             "reward_failures": self.reward_failures(), "mismatch": summarize_mismatch(self.step_records),
+            "workflow": self.workflow_counts, "gateway": ray.get(self.gateway.stats.remote()) if self.gateway else {},
             "aborted_samples": self.rollout_totals["aborted"], "skipped_steps": self.skipped_steps,
             "max_staleness": cfg.rollout.max_staleness, "weight_sync": self.weight_sync, "nodes": self.placement.nodes(),
             "run_dir": str(self.run_dir), "model_path": self.model_path,
@@ -373,13 +386,18 @@ class Trainer:
 
     def shutdown_rollouts(self, run_refs: list) -> dict:
         """Stop the loops, wake anything waiting on the buffer; returns the buffer's ledger, in which
-        produced = trained + unused + failed + dropped_stale + equal_rewards (dynamic sampling's drops)."""
+        produced = trained + unused + failed + dropped_stale + equal_rewards (dynamic sampling's drops) + rejected
+        (tasks the workflow returned None for)."""
         ray.get([w.stop.remote() for w in self.rollouts])
         ray.get(self.buffer.close.remote())
-        totals = ray.get(run_refs)  # each loop waits for its groups still being scored
+        totals = ray.get(run_refs)  # each loop waits for its episodes still running
+        self.workflow_counts = {}
+        for t in totals:
+            for k, v in t.pop("workflow").items():
+                self.workflow_counts[k] = self.workflow_counts.get(k, 0) + v
         self.rollout_totals = {k: sum(t[k] for t in totals) for k in totals[0]}
         stats = ray.get(self.buffer.stats.remote())
-        keys = ("produced", "trained", "failed", "dropped_stale", "equal_rewards", "requeued")
+        keys = ("produced", "trained", "failed", "dropped_stale", "equal_rewards", "rejected", "requeued")
         return {k: stats[k] for k in keys} | {"unused": stats["waiting"]}
 
     def reward_failures(self) -> dict[str, int]:

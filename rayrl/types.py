@@ -41,6 +41,10 @@ class Sample(msgspec.Struct):
     reward: float = 0.0
     reward_status: str = "pending"  # "ok", or why not: "error", "timeout", "non_finite", "wrong_type"
     reward_reason: str = ""
+    # multi-turn episodes: 1 where the policy sampled the completion token, 0 on tokens the environment
+    # appended (tool results, chat markup); None: every completion token is the policy's
+    loss_mask: list[int] | None = None
+    turns: int = 1  # assistant turns in the episode
 
 
 class TrajectoryGroup(msgspec.Struct):

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
 from rayrl.config import Config, load_config
 from rayrl.types import Sample, Task, TrajectoryGroup
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +29,19 @@ def make_cfg(model_cache, tmp_path_factory):
                 "rollout.batch_size=8", "rollout.group_size=4", "learner.total_steps=3",
                 "data.eval_size=40", "checkpoint.save_final=false", "algorithm.dynamic_sampling=false"]
         return load_config(None, base + list(overrides))
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def agent_cfg(model_cache, tmp_path_factory):
+    """agent_cfg(...) -> the calculator-agent recipe's config (its model built once per test run)."""
+    runs = tmp_path_factory.mktemp("agent-runs")
+
+    def make(*overrides: str) -> Config:
+        return load_config(ROOT / "recipes" / "calculator_agent.yaml", [
+            f"model.cache_dir={model_cache}", f"metrics.run_dir={runs}", "metrics.progress=false",
+            "checkpoint.save_final=false", "scheduler.include_dashboard=false", *overrides])
 
     return make
 

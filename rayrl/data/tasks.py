@@ -11,6 +11,10 @@ def load_tasks(cfg: DataConfig) -> tuple[list[Task], list[Task]]:
         from rayrl.data.arithmetic import split
 
         return split(cfg)
+    if cfg.task == "word_problems":
+        from rayrl.data.word_problems import split_word_problems
+
+        return split_word_problems(cfg)
     from rayrl.data.gsm8k import split_gsm8k
 
     return split_gsm8k(cfg)

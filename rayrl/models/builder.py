@@ -11,13 +11,15 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from rayrl.config import Config
 from rayrl.data.arithmetic import split
 from rayrl.models.logprob_head import use_logprob_head
-from rayrl.models.tokenizer import CHARS, build_char_tokenizer
-from rayrl.models.warmup import supervised_warmup
+from rayrl.data.word_problems import split_word_problems, warmup_conversations
+from rayrl.models.tokenizer import CHARS, CHAT_TEMPLATE, build_char_tokenizer, build_chat_tokenizer, load_tokenizer
+from rayrl.models.warmup import chat_rows, supervised_warmup
+from rayrl.workflows.tools import calculator
 
 
 def _build_hash(cfg: Config) -> str:
@@ -25,6 +27,7 @@ def _build_hash(cfg: Config) -> str:
         "build": cfg.model.build.model_dump(),
         "data": cfg.data.model_dump(),
         "chars": "".join(CHARS),
+        **({"chat_template": CHAT_TEMPLATE} if cfg.data.task != "arithmetic" else {}),
         "transformers": transformers.__version__,
         "torch": torch.__version__.split("+")[0],
     }
@@ -50,20 +53,20 @@ def build_model(cfg: Config) -> Path:
             raise FileNotFoundError(f"model.path '{cfg.model.path}' has no config.json; "
                                     "give a local Hugging Face model directory or leave model.path unset")
         return path
-    if cfg.data.task != "arithmetic":
+    if cfg.data.task not in ("arithmetic", "word_problems"):
         raise ValueError(f"data.task={cfg.data.task} needs model.path (a local Hugging Face model directory); "
-                         "only the arithmetic task builds its own model")
-    out = Path(cfg.model.cache_dir).expanduser() / f"qwen2-arith-{_build_hash(cfg)}"
+                         "only the arithmetic and word_problems tasks build their own model")
+    name = "arith" if cfg.data.task == "arithmetic" else cfg.data.task
+    out = Path(cfg.model.cache_dir).expanduser() / f"qwen2-{name}-{_build_hash(cfg)}"
     if (out / "config.json").is_file():
         return out
-    tokenizer = build_char_tokenizer()
+    tokenizer = build_char_tokenizer() if cfg.data.task == "arithmetic" else build_chat_tokenizer()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: the same bits on every machine for the same config
     try:
         torch.manual_seed(cfg.model.build.seed)
         model = Qwen2ForCausalLM(qwen2_config(cfg, len(tokenizer), tokenizer))
-        train, _ = split(cfg.data)
-        supervised_warmup(model, tokenizer, train, cfg.model.build)
+        supervised_warmup(model, tokenizer, _warmup_rows(cfg, tokenizer), cfg.model.build)
     finally:
         torch.set_num_threads(threads)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -75,6 +78,15 @@ def build_model(cfg: Config) -> Path:
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _warmup_rows(cfg: Config, tokenizer) -> list:
+    """arithmetic: prompt -> answer pairs; word_problems: calculator-agent transcripts through the chat template."""
+    if cfg.data.task == "arithmetic":
+        train, _ = split(cfg.data)
+        return train
+    train, _ = split_word_problems(cfg.data)
+    return chat_rows(tokenizer, warmup_conversations(train, cfg.model.build.seed), [calculator.schema()])
 
 
 def load_policy(path: str | os.PathLike, attn_implementation: str = "eager", logprob_chunk_tokens: int | None = None,
@@ -89,7 +101,7 @@ def load_policy(path: str | os.PathLike, attn_implementation: str = "eager", log
     if compile_layers:
         for layer in model.model.layers:
             layer.compile()  # before sharding: FSDP2 / ZeRO hooks stay outside the compiled graph
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_tokenizer(path)
     return model, tokenizer
 
 

@@ -10,31 +10,59 @@ from rayrl.config import ModelBuildConfig
 from rayrl.types import Task
 
 
-def _batch(tokenizer, tasks: list[Task]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded BOS+prompt+answer+EOS rows and labels that score only the answer and EOS."""
-    rows, labels = [], []
+Row = tuple[list[int], list[int]]  # token ids and labels (-100 where nothing is learned)
+
+
+def task_rows(tokenizer, tasks: list[Task]) -> list[Row]:
+    """BOS+prompt+answer+EOS, labels on the answer and EOS only."""
+    rows = []
     for t in tasks:
         p = [tokenizer.bos_token_id, *tokenizer.encode(t.prompt, add_special_tokens=False)]
         a = [*tokenizer.encode(t.answer, add_special_tokens=False), tokenizer.eos_token_id]
-        rows.append(p + a)
-        labels.append([-100] * len(p) + a)
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+        rows.append((p + a, [-100] * len(p) + a))
+    return rows
+
+
+def chat_rows(tokenizer, conversations: list[list[dict]], tools: list[dict] | None = None) -> list[Row]:
+    """Each conversation through the chat template, labels on the assistant turns only (what the
+    policy samples; the template's markup up to each turn and tool results are context)."""
+    rows = []
+    for messages in conversations:
+        ids = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+        full = tokenizer.encode(ids, add_special_tokens=False)
+        labels = [-100] * len(full)
+        for i, m in enumerate(messages):
+            if m["role"] != "assistant":
+                continue
+            start = len(tokenizer.encode(tokenizer.apply_chat_template(messages[:i], tools=tools, tokenize=False,
+                                                                       add_generation_prompt=True), add_special_tokens=False))
+            end = len(tokenizer.encode(tokenizer.apply_chat_template(messages[:i + 1], tools=tools, tokenize=False),
+                                       add_special_tokens=False))
+            labels[start:end] = full[start:end]
+        rows.append((full, labels))
+    return rows
+
+
+def _batch(pad_id: int, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids and labels."""
+    width = max(len(r) for r, _ in rows)
+    ids = torch.full((len(rows), width), pad_id)
     lab = torch.full((len(rows), width), -100)
-    for i, (r, l) in enumerate(zip(rows, labels)):
+    for i, (r, l) in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r)
         lab[i, : len(l)] = torch.tensor(l)
     return ids, lab
 
 
-def supervised_warmup(model, tokenizer, tasks: list[Task], cfg: ModelBuildConfig) -> list[float]:
-    """cfg.warmup_steps of next-token cross-entropy on answers; returns the loss curve."""
+def supervised_warmup(model, tokenizer, tasks: list[Task] | list[Row], cfg: ModelBuildConfig) -> list[float]:
+    """cfg.warmup_steps of next-token cross-entropy on answers (tasks) or labelled rows; returns the loss curve."""
+    rows = task_rows(tokenizer, tasks) if tasks and isinstance(tasks[0], Task) else tasks
     rng = random.Random(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warmup_lr)
     model.train()
     losses = []
     for _ in range(cfg.warmup_steps):
-        ids, lab = _batch(tokenizer, rng.sample(tasks, min(cfg.warmup_batch_size, len(tasks))))
+        ids, lab = _batch(tokenizer.pad_token_id, rng.sample(rows, min(cfg.warmup_batch_size, len(rows))))
         loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=lab).loss
         opt.zero_grad()
         loss.backward()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
-import sys
 from collections.abc import Callable
 
 import msgspec
 
+from rayrl.imports import load_object
 from rayrl.types import Sample, Task
 
 
@@ -24,19 +23,9 @@ RewardFn = Callable[[Sample, Task], "float | RewardResult"]
 def load_reward_fn(spec: str, search_path: list[str] | None = None) -> RewardFn:
     """'pkg.mod:fn' -> the function; a clear error names what could not be found. search_path: directories
     to import from besides sys.path (the driver's working directory, for reward actors on its node)."""
-    for d in search_path or []:
-        if d not in sys.path:
-            sys.path.append(d)
-    if ":" not in spec:
-        raise ValueError(f"reward.fn '{spec}' must look like 'package.module:function'")
-    mod_name, attr = spec.split(":", 1)
-    try:
-        module = importlib.import_module(mod_name)
-    except ImportError as err:
-        raise ValueError(f"reward.fn '{spec}': cannot import module '{mod_name}' ({err})") from None
-    fn = getattr(module, attr, None)
+    fn = load_object(spec, "reward.fn", search_path, "function")
     if not callable(fn):
-        raise ValueError(f"reward.fn '{spec}': module '{mod_name}' has no function '{attr}'")
+        raise ValueError(f"reward.fn '{spec}': '{spec.split(':', 1)[1]}' is not a function")
     return fn
 
 

@@ -71,3 +71,10 @@ def test_gpu_only_options_are_rejected_on_cpu():
         load_config(None, ["sync.transport=nccl", "model.backend=vllm"])
     with pytest.raises(ConfigError, match="tensor_parallel_size > 1 needs model.backend=vllm"):
         load_config(None, ["rollout.tensor_parallel_size=2", "cluster.n_gpus_per_node=2"])
+
+
+def test_openai_agent_needs_its_function():
+    with pytest.raises(ConfigError, match="OpenAIAgent runs agent.fn; set agent.fn="):
+        load_config(None, ["rollout.workflow=rayrl.workflows.openai_agent:OpenAIAgent"])
+    cfg = load_config("recipes/calculator_agent.yaml")
+    assert cfg.agent.wants_gateway(cfg.rollout.workflow) and not cfg.agent.wants_gateway("rayrl.workflows.rlvr:SingleTurn")

@@ -26,6 +26,13 @@ def one_arg(sample):
     (["data.task=gsm8k", "data.path=/nonexistent.jsonl"], "data.path '/nonexistent.jsonl' is not a file"),
     (["scheduler.type=ray", "scheduler.address=127.0.0.1:1"], "scheduler.address '127.0.0.1:1': no Ray cluster"),
     (["scheduler.type=ray", "scheduler.address=nohostport"], "must be host:port"),
+    (["rollout.workflow=rayrl.workflows.rlvr:Nope"], "rollout.workflow 'rayrl.workflows.rlvr:Nope': module "
+                                                     "'rayrl.workflows.rlvr' has no class 'Nope'"),
+    ([f"rollout.workflow={__name__}:two_args"], "must be a class with `async def arun_episode"),
+    (["rollout.workflow=rayrl.workflows.openai_agent:OpenAIAgent", f"agent.fn={__name__}:two_args"],
+     "agent.fn '.*' must be an async function"),
+    (["rollout.workflow=rayrl.workflows.openai_agent:OpenAIAgent", "agent.fn=nomod_xyz:agent"],
+     "agent.fn 'nomod_xyz:agent': cannot import module"),
 ])
 def test_preflight_names_the_key(overrides, match):
     with pytest.raises(ConfigError, match=match):

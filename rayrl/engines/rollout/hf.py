@@ -2,6 +2,8 @@
 
 Generation can be paused between tokens, so a weight update lands mid-generation and each
 token records the policy version that produced it (interruptible generation, CPU edition).
+Concurrent generate() calls are batched: calls made in the same event-loop turn decode together, up
+to rollout.max_concurrent_calls batches run at once, and calls that wait for a slot join one batch.
 """
 
 from __future__ import annotations
@@ -79,10 +81,44 @@ class HFRolloutEngine:
         self.decode_steps = 0  # tokens generated per row so far, summed over calls
         self._gate = _PauseGate()
         self._transport = None
+        self.max_context = self.model.config.max_position_embeddings
+        self._pending: list[tuple[list[GenerationRequest], asyncio.Future]] = []
+        self._running, self._dispatching = 0, False
 
     # ---- generation -------------------------------------------------------------------
     async def generate(self, requests: list[GenerationRequest]) -> list[Sample]:
-        return await asyncio.to_thread(self.generate_blocking, requests)
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((requests, future))
+        if not self._dispatching:  # after the other calls of this event-loop turn are queued too
+            self._dispatching = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+        return await future
+
+    def _dispatch(self) -> None:
+        self._dispatching = False
+        if self._pending and self._running < self.cfg.rollout.max_concurrent_calls:
+            calls, self._pending = self._pending, []
+            self._running += 1
+            asyncio.ensure_future(self._decode_calls(calls))
+
+    async def _decode_calls(self, calls: list[tuple[list[GenerationRequest], asyncio.Future]]) -> None:
+        """One decode batch for several calls; each call gets its own samples (or the batch's error)."""
+        try:
+            samples = await asyncio.to_thread(self.generate_blocking, [r for reqs, _ in calls for r in reqs])
+        except Exception as err:  # noqa: BLE001 - handed to every caller of the batch
+            for _, future in calls:
+                if not future.done():
+                    future.set_exception(err)
+        else:
+            start = 0
+            for reqs, future in calls:
+                n = sum(r.n for r in reqs)
+                if not future.done():
+                    future.set_result(samples[start:start + n])
+                start += n
+        finally:
+            self._running -= 1
+            self._dispatch()
 
     def generate_blocking(self, requests: list[GenerationRequest]) -> list[Sample]:
         self._gate.enter()

@@ -1,0 +1,16 @@
+"""Single-turn RLVR: the prompt template, group_size samples in one engine request, the reward function."""
+
+from __future__ import annotations
+
+from rayrl.types import Task, TrajectoryGroup
+from rayrl.workflows.base import EpisodeEngine
+
+
+class SingleTurn:
+    def __init__(self, cfg) -> None:
+        self.cfg = cfg
+
+    async def arun_episode(self, engine: EpisodeEngine, task: Task) -> TrajectoryGroup:
+        request = engine.sampling.request(task.id, engine.template.encode(task))
+        samples = await engine.generate([request])
+        return await engine.score(TrajectoryGroup(task, samples))
