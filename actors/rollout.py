@@ -43,13 +43,13 @@ class RolloutWorker:
         r = cfg.rollout
         max_context = r.max_model_len or int(getattr(self.engine, "max_context", 0) or 1 << 30)
         common = dict(template=template, max_context=max_context, gateway=gateway, gateway_url=gateway_url, worker=index)
-        self.train_engine = EpisodeEngine(self._train_generate, self._score,
+        self.train_engine = EpisodeEngine(self.generate, self._score,
                                           sampling=Sampling(r.group_size, r.temperature, r.max_new_tokens, r.seed), **common)
         self.eval_common = common
         self.stopped, self.joined = False, False
         self.episodes: set[asyncio.Task] = set()  # episodes running now (generation, reward, hand-over)
         self.episode_error: BaseException | None = None
-        self.busy_since, self.training_calls = 0.0, 0  # engine busy time of training episodes (gen_s)
+        self.busy_since, self.calls_running = 0.0, 0  # gen_s: time the engine had any request
         self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0, "rejected": 0}
         self.metrics = RayMetrics("rollout", f"rollout-{index}", {
             "rollout_samples_total": "samples generated", "rollout_tokens_total": "completion tokens",
@@ -64,30 +64,24 @@ class RolloutWorker:
     # ---- generation ---------------------------------------------------------------------
     @ray.method(concurrency_group="gen")
     async def generate(self, requests: list[GenerationRequest]) -> list[Sample]:
-        """Raw requests in, samples out (no reward, no buffer): evaluation, benchmarks, the gateway."""
-        self._in_flight(len(requests))
+        """Raw requests in, samples out (no reward, no buffer): episodes, evaluation, benchmarks, the gateway."""
+        self._in_flight(len(requests), 1)
         try:
             samples = await self.engine.generate(requests)
         finally:
-            self._in_flight(-len(requests))
+            self._in_flight(-len(requests), -1)
         self._count(samples)
         return samples
 
-    async def _train_generate(self, requests: list[GenerationRequest]) -> list[Sample]:
-        """generate() for training episodes, timing how long the engine had any of them (gen_s)."""
-        if self.training_calls == 0:
-            self.busy_since = time.perf_counter()
-        self.training_calls += 1
-        try:
-            return await self.generate(requests)
-        finally:
-            self.training_calls -= 1
-            if self.training_calls == 0:
-                self.totals["gen_s"] += time.perf_counter() - self.busy_since
-
-    def _in_flight(self, change: int) -> None:
-        self.in_flight += change
+    def _in_flight(self, requests: int, calls: int) -> None:
+        """Requests in the engine (a gauge) and the time the engine had any (gen_s, summed)."""
+        self.in_flight += requests
         self.metrics.set("rollout_requests_in_flight", self.in_flight)
+        if self.calls_running == 0:
+            self.busy_since = time.perf_counter()
+        self.calls_running += calls
+        if self.calls_running == 0:
+            self.totals["gen_s"] += time.perf_counter() - self.busy_since
 
     def _count(self, samples: list[Sample]) -> None:
         n_tokens = sum(len(s.completion_ids) for s in samples)
@@ -129,7 +123,8 @@ class RolloutWorker:
     @ray.method(concurrency_group="gen")
     async def run(self) -> dict:
         """The continuous loop: lease prompts (the buffer admits them by staleness) and start an episode
-        for each, until stopped; then wait for the episodes still running."""
+        for each, until stopped; then wait for the episodes still running. gen_s counts this loop's time only."""
+        self.totals["gen_s"] = 0.0
         while not self.stopped and self.episode_error is None:
             tasks = await self.buffer.take.remote(self.index, self.cfg.rollout.groups_per_call, self.life)
             if not tasks:  # the buffer closed

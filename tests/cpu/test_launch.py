@@ -133,6 +133,17 @@ def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
         assert ROLES <= seen_roles, seen_roles
         assert SAMPLES.search(metrics), metrics[-2000:]
         assert json.loads((runs / "job" / "summary.json").read_text())["steps"] == 150
+
+        # the calculator-agent recipe as a job too: its agent function imports from the working directory
+        agent = [str(wheel_python), "recipes/calculator_agent.py", "--config", "recipes/calculator_agent.yaml",
+                 "learner.total_steps=2", "rollout.batch_size=4", "rollout.group_size=2", f"model.cache_dir={model_cache}",
+                 f"metrics.run_dir={runs}", "metrics.run_name=agent-job", "metrics.progress=false",
+                 "checkpoint.save_final=false", "scheduler.include_dashboard=false", "scheduler.type=ray"]
+        out = subprocess.run([*ray_cli, "job", "submit", "--address", dashboard, "--working-dir", str(ROOT), "--",
+                              *agent], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0 and "succeeded" in (out.stdout + out.stderr).lower(), (out.stdout + out.stderr)[-3000:]
+        agent_summary = json.loads((runs / "agent-job" / "summary.json").read_text())
+        assert agent_summary["steps"] == 2 and agent_summary["gateway"]["turns"] > 0
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:
