@@ -1,6 +1,10 @@
-"""RewardActor: scores groups on CPU with timeouts; failures become counted zero rewards."""
+"""RewardActor: scores groups on CPU with timeouts; failures become counted zero rewards. Calls from
+several rollout episodes are served at once (threads; the trainer sets max_concurrency), so a step's
+last groups do not queue behind each other."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import ray
 
@@ -24,10 +28,9 @@ class RewardActor:
                                   {f"reward_{k}_total": DESCRIPTIONS[k] for k in ("ok", *FAILURES)})
 
     def score(self, group: TrajectoryGroup) -> TrajectoryGroup:
-        before = dict(self.scorer.counts)
         scored = self.scorer.score(group)
-        for status in ("ok", *FAILURES):
-            self.metrics.inc(f"reward_{status}_total", self.scorer.counts[status] - before.get(status, 0))
+        for status, n in Counter(s.reward_status for s in scored.samples).items():
+            self.metrics.inc(f"reward_{status}_total", n)
         return scored
 
     def stats(self) -> dict:

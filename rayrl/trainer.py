@@ -94,7 +94,8 @@ class Trainer:
             cfg.rollout.batch_size, cfg.rollout.max_staleness, version, state.ledger if state else None,
             cfg.algorithm.dynamic_sampling)
         self.rewards = [RewardActor.options(**self._named(f"reward-{i}", "service"), max_restarts=cfg.reward.max_restarts,
-                                            max_task_retries=cfg.reward.max_restarts).remote(cfg, i, [os.getcwd()])
+                                            max_task_retries=cfg.reward.max_restarts,
+                                            max_concurrency=cfg.reward.max_threads).remote(cfg, i, [os.getcwd()])
                         for i in range(cfg.reward.num_actors)]
         # the OpenAI-compatible endpoint, for agent workflows: it routes each session to its episode's worker
         self.gateway = Gateway.options(**self._named("gateway", "service")).remote(cfg, template_ref, []) \

@@ -55,10 +55,12 @@ class GroupScorer:
         self.examples: dict[str, list[str]] = {}  # the first messages of each failure reason
         self.recent: deque[bool] = deque(maxlen=window)  # the last samples: failed or not
         self.abandoned = 0  # calls left running past their deadline
+        self.lock = threading.Lock()  # score() may run in several threads at once (a threaded reward actor)
 
     def _expire(self, call: _Call) -> None:
         if not call.done.is_set() and time.monotonic() - call.started >= self.timeout_s and call.release():
-            self.abandoned += 1
+            with self.lock:
+                self.abandoned += 1
 
     def _start(self, sample, task, running: list[_Call]) -> _Call:
         while not self.slots.acquire(timeout=0.05):  # while waiting for a slot, free those past their deadline
@@ -86,15 +88,18 @@ class GroupScorer:
         return group
 
     def _count(self, status: str, reason: str) -> None:
-        self.counts[status] += 1
-        self.recent.append(status != "ok")
-        if status != "ok" and len(self.examples.setdefault(status, [])) < EXAMPLES_PER_REASON:
-            self.examples[status].append(reason)
+        with self.lock:
+            self.counts[status] += 1
+            self.recent.append(status != "ok")
+            if status != "ok" and len(self.examples.setdefault(status, [])) < EXAMPLES_PER_REASON:
+                self.examples[status].append(reason)
 
     def stats(self) -> dict:
         """Counts by status, the failure share of the recent window and its size, example messages."""
-        return {"counts": {k: self.counts.get(k, 0) for k in ("ok", *FAILURES)}, "examples": self.examples,
-                "window_failed": sum(self.recent), "window": len(self.recent), "abandoned": self.abandoned}
+        with self.lock:
+            return {"counts": {k: self.counts.get(k, 0) for k in ("ok", *FAILURES)},
+                    "examples": {k: list(v) for k, v in self.examples.items()},
+                    "window_failed": sum(self.recent), "window": len(self.recent), "abandoned": self.abandoned}
 
 
 def merge_stats(per_actor: list[dict]) -> dict:

@@ -139,3 +139,20 @@ def test_built_in_tool_use_workflow_masks_everything_but_the_policy_tokens(agent
         assert s.logprobs[first_zero:back] == [0.0] * (back - first_zero)
         assert s.reward == (1.0 if s.text.strip() == next(t.answer for t in tasks if s.request_id.startswith(t.id)) else 0.0)
     assert stats.get("tool_ok", 0) == 16 and not stats.get("malformed_tool_calls")
+
+
+def test_a_langchain_agent_runs_against_the_gateway(agent_run):
+    """recipes/langchain_agent.py: ChatOpenAI with bound tools, through the same session endpoint."""
+    pytest.importorskip("langchain_openai")
+    from recipes.langchain_agent import solve
+
+    trainer, task = agent_run, agent_run.eval_tasks[1]
+
+    async def episode():
+        sid, client = await _session(trainer)
+        await solve(client, task)
+        return await trainer.gateway.close_session.remote(sid)
+
+    end = asyncio.run(episode())
+    assert end.sample.turns == 2 and end.retokenized == 0 and end.reward in (0.0, 1.0)
+    assert end.reward == (1.0 if end.sample.text.strip() == task.answer else 0.0)
