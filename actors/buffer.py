@@ -114,6 +114,10 @@ class TrajectoryBuffer:
             self.ledger["produced"] += 1
             self._publish()
 
+    async def put_many(self, worker: int, items: list[tuple[TrajectoryGroup, GroupMeta]]) -> list[None]:
+        """put() for groups a worker finished together: one round trip."""
+        return [await self.put(worker, group, meta) for group, meta in items]
+
     async def reject(self, worker: int, task_id: str) -> None:
         """The workflow returned None for the task: counted, its slot goes to a further prompt, and it is
         not generated again."""

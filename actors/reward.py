@@ -33,6 +33,10 @@ class RewardActor:
             self.metrics.inc(f"reward_{status}_total", n)
         return scored
 
+    def score_many(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
+        """Several groups in one call (a rollout worker's groups that finished together)."""
+        return [self.score(g) for g in groups]
+
     def stats(self) -> dict:
         """Counts by status, the recent window's failures, the first messages of each failure reason."""
         return self.scorer.stats()

@@ -11,6 +11,7 @@ import os
 import time
 
 import ray
+from rayrl.coalesce import Coalescer
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.registry import ROLLOUT_ENGINES, resolve
@@ -41,7 +42,7 @@ class RolloutWorker:
         workflow_cls = load_object(cfg.rollout.workflow, "rollout.workflow", search_path or [os.getcwd()], "class")
         self.workflow = workflow_cls(cfg)
         r = cfg.rollout
-        max_context = r.max_model_len or int(getattr(self.engine, "max_context", 0) or 1 << 30)
+        max_context = r.max_model_len or self.engine.max_context or 1 << 30
         common = dict(template=template, max_context=max_context, gateway=gateway, gateway_url=gateway_url, worker=index)
         self.train_engine = EpisodeEngine(self.generate, self._score,
                                           sampling=Sampling(r.group_size, r.temperature, r.max_new_tokens, r.seed), **common)
@@ -60,6 +61,8 @@ class RolloutWorker:
              "rollout_episodes_in_flight": "episodes running now"})
         self.metrics.inc("rollout_starts_total")
         self.in_flight = 0
+        self.hand_over = Coalescer(lambda items: buffer.put_many.remote(index, items))
+        self.scorers = [Coalescer(reward.score_many.remote) for reward in rewards]
 
     # ---- generation ---------------------------------------------------------------------
     @ray.method(concurrency_group="gen")
@@ -92,11 +95,11 @@ class RolloutWorker:
         self.metrics.inc("rollout_tokens_total", n_tokens)
 
     async def _score(self, group: TrajectoryGroup) -> TrajectoryGroup:
-        """One reward actor call per group, spread over the reward actors."""
-        reward = self.rewards[self.totals["groups"] % len(self.rewards)]
+        """Groups go to the reward actors in turn; those that finish together share one call."""
+        score = self.scorers[self.totals["groups"] % len(self.scorers)]
         self.totals["groups"] += 1
         try:
-            return await reward.score.remote(group)
+            return await score(group)
         except ray.exceptions.RayError as err:
             raise RewardUnavailable(str(err)) from err
 
@@ -158,7 +161,7 @@ class RolloutWorker:
             self.metrics.inc("rollout_rejected_total")
             await self.buffer.reject.remote(self.index, task.id)
             return
-        await self.buffer.put.remote(self.index, group, GroupMeta(task.id, group.min_version, self.label))
+        await self.hand_over((group, GroupMeta(task.id, group.min_version, self.label)))
 
     def _ended(self, job: asyncio.Task) -> None:
         self.episodes.discard(job)

@@ -116,8 +116,8 @@ class Trainer:
         # ppo: the critic, a second learner group in the learners' bundles
         self.critics = CriticGroup(cfg, self.model_path, tokenizer.pad_token_id, self.placement, self.namespace) \
             if cfg.algorithm.type == "ppo" else None
-        self.actors = [self.buffer, *self.rewards, *self.rollouts, *([self.gateway] if self.gateway else []), *self.learners.workers, self.broadcaster,
-                       *(self.critics.workers if self.critics else [])]
+        self.actors = [self.buffer, *self.rewards, *self.rollouts, *([self.gateway] if self.gateway else []),
+                       *self.learners.workers, self.broadcaster, *(self.critics.workers if self.critics else [])]
         self.metrics = RayMetrics("driver", "driver", {"learner_steps_total": "training steps taken"}, {
             "learner_step_seconds": "the last step's training time", "learner_tokens_per_second": "trained tokens/s",
             "sync_seconds": "the last weight sync", "sync_gb_per_second": "the last weight sync's GB/s",

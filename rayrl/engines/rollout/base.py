@@ -13,6 +13,7 @@ class RolloutEngine(Protocol):
 
     version: int  # the policy version new tokens are tagged with
     sync_ranks: int  # how many ranks this engine adds to the weight-sync group
+    max_context: int  # prompt + completion tokens a request may hold (multi-turn episodes stop before it)
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Sample]: ...
 

@@ -83,7 +83,9 @@ def token_versions(n_tokens: int, boundaries: list[tuple[int, int]], current: in
 
 class VLLMRolloutEngine:
     def __init__(self, model_path: str, cfg: Config, num_threads: int, tokenizer) -> None:
-        self.dtype = engine_dtype(cfg, check_engine_inputs(model_path, cfg))
+        hf_config = check_engine_inputs(model_path, cfg)
+        self.dtype = engine_dtype(cfg, hf_config)
+        self.max_context = cfg.rollout.max_model_len or hf_config.get("max_position_embeddings") or 0  # prompt + completion
         self.cfg, self.tokenizer = cfg, tokenizer
         self.version = 0
         self.sync_ranks = cfg.rollout.tensor_parallel_size  # ranks this engine adds to the weight-sync group
