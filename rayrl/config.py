@@ -79,8 +79,7 @@ class RolloutConfig(_Section):
     workflow: str = "rayrl.workflows.rlvr:SingleTurn"
     groups_per_call: int = Field(4, ge=1)  # prompts one lease from the buffer hands a worker; their episodes start together
     # hf engine: decode batches running at once; requests that arrive while all are busy join one batch.
-    # 1 on CPU: one larger batch beat parallel ones and left the learner its core (async_vs_sync, η = 2:
-    # 0.42 s/step at 1, 0.48 at 4)
+    # 1: one larger batch beat parallel ones on 2 cores and left the learner its core (async_vs_sync at η = 2)
     max_concurrent_calls: int = Field(1, ge=1)
     prompt_lead_batches: int = Field(2, ge=1)  # prompt batches queued beyond what staleness admits
     queue_check_s: float = Field(1.0, gt=0)  # while waiting for a batch: how often the driver checks workers and prompts
