@@ -5,7 +5,7 @@
 #                                 the modes varlen, throughput, mfu, profile (several modes may be given);
 #                                 mismatch: PPO steps (policy + critic) with FSDP2 and ZeRO-3 on one GPU, and the
 #                                 rollout-training mismatch on vLLM's sampled tokens (gpu_learner_check --gpus 1);
-#                                 agent: the calculator-agent recipe with vLLM rollouts, colocated on one GPU
+#                                 agent: the calculator agent through the gateway on a vLLM worker (gpu_agent_check)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh throughput-tp2   # 2 GPUs: rollout_throughput --tp 2
@@ -46,10 +46,7 @@ run_mode() {
   profile) CUDA_VISIBLE_DEVICES=0 step learner_profile 200 python3 -m benchmarks.learner_profile --commit "$commit" --compile true ;;
   mismatch) CUDA_VISIBLE_DEVICES=0 step gpu_learner_check 600 python3 -m benchmarks.gpu_learner_check --commit "$commit" --gpus 1 ;;
   one-gpu) for m in varlen throughput mfu profile; do run_mode "$m"; done ;;
-  agent) CUDA_VISIBLE_DEVICES=0 step calculator_agent 540 python3 -m benchmarks.recipe_run --commit "$commit" \
-      --config recipes/calculator_agent.yaml model.backend=vllm cluster.n_gpus_per_node=1 placement.mode=colocate \
-      rollout.gpu_memory_utilization=0.3 rollout.enforce_eager=true learner.total_steps=30 \
-      scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name=agent-gpu metrics.progress=false ;;
+  agent) CUDA_VISIBLE_DEVICES=0 step gpu_agent_check 400 python3 -m benchmarks.gpu_agent_check --commit "$commit" ;;
   two-gpu)
     step gpu_rollout_check 330 python3 -m benchmarks.gpu_rollout_check --commit "$commit"
     step test_learner_gpu 600 python3 -m pytest -q -m gpu tests/gpu/test_learner_gpu.py -rxX
