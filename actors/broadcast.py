@@ -1,7 +1,8 @@
 """WeightBroadcaster: owns the weight-sync group, the policy version and its timing.
 
 One sync: pause rollout engines (in-flight requests kept) -> learner streams packed buckets ->
-rollout engines load them -> resume at version v+1 -> the buffer admits against v+1. Each part must
+rollout engines load them -> resume at version v+1 -> the buffer admits against v+1. A collective
+transport (gloo, nccl) sends and receives at once; ipc sends first and hands the handles to the receivers. Each part must
 finish within sync.timeout_s, or the sync fails naming the actors that did not.
 """
 
@@ -12,6 +13,7 @@ import time
 import ray
 
 from rayrl.config import Config
+from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.transport.base import GroupInfo
 from rayrl.engines.transport.topology import topology
 from rayrl.faults import wait_all
@@ -26,6 +28,7 @@ class WeightBroadcaster:
         self.cfg, self.learners, self.rollouts, self.buffer = cfg, learner_group, rollouts, buffer
         self.version = version
         self.plan = None
+        self.collective = resolve(WEIGHT_TRANSPORTS, cfg.sync.transport, "sync.transport").collective
         self.names = [f"rollout-{i}" for i in range(len(rollouts))]
 
     def setup(self) -> dict:
@@ -60,8 +63,13 @@ class WeightBroadcaster:
         t0, timeout_s = time.perf_counter(), self.cfg.sync.timeout_s
         wait_all([w.begin_weight_update.remote() for w in self.rollouts], self.names, "pausing for a weight sync",
                  timeout_s)
-        wait_all(self.learners.send_weights(self.plan) + [w.receive_weights.remote(self.plan) for w in self.rollouts],
-                 self.learners.names + self.names, f"weight sync to version {version}", timeout_s)
+        what = f"weight sync to version {version}"
+        if self.collective:
+            wait_all(self.learners.send_weights(self.plan) + [w.receive_weights.remote(self.plan) for w in self.rollouts],
+                     self.learners.names + self.names, what, timeout_s)
+        else:
+            meta = wait_all(self.learners.send_weights(self.plan), self.learners.names, what, timeout_s)[0]
+            wait_all([w.receive_weights.remote(meta) for w in self.rollouts], self.names, what, timeout_s)
         wait_all([w.end_weight_update.remote(version) for w in self.rollouts], self.names,
                  "resuming after a weight sync", timeout_s)
         seconds = time.perf_counter() - t0

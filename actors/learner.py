@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from rayrl.batching import batch_stats, collate, completion_values, place_completion_values
 from rayrl.config import Config
+from rayrl.engines.device_memory import PeakMemory
 from rayrl.engines.learner import Learner
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan_buckets
@@ -56,9 +57,11 @@ class LearnerWorker:
         """One training step on this rank's groups. values (ppo): the critic's, per task id; the
         returns the critic should learn come back the same way, under "returns"."""
         groups, batch = fetch_batch(refs, self.pad_id)
+        peak = PeakMemory()
         per_token = None if values is None else place_completion_values(batch, groups, values)
         stats = {**batch_stats(batch, self.learner.version), **self.learner.train_step(batch, per_token)}
         stats["version"] = self.learner.version
+        stats["mem_train_gb"] = peak.peak_gb()  # the device's peak while this rank trained (0 on CPU)
         if self.learner.last_returns is not None:
             stats["returns"] = completion_values(batch, self.learner.last_returns, groups)
         return stats
@@ -70,7 +73,9 @@ class LearnerWorker:
         return [logp[i][batch.loss_mask[i] > 0].tolist() for i in range(logp.shape[0])]
 
     def weight_plan(self, bucket_bytes: int) -> BucketPlan:
-        specs = [TensorSpec(n, shape, str(dtype).removeprefix("torch."))
+        """The tensors in send order, in sync.dtype (or the learner's own)."""
+        wire = self.cfg.sync.dtype
+        specs = [TensorSpec(n, shape, str(dtype).removeprefix("torch.") if wire == "learner" else wire)
                  for n, shape, dtype in self.learner.weight_specs()]
         return plan_buckets(specs, bucket_bytes)
 
@@ -78,14 +83,19 @@ class LearnerWorker:
         self.transport = resolve(WEIGHT_TRANSPORTS, self.cfg.sync.transport, "sync.transport")()
         self.transport.init(group_info)
 
-    def send_weights(self, plan: BucketPlan) -> None:
-        """Every rank walks its full weights in lockstep; rank 0 streams them to the rollout workers."""
+    def send_weights(self, plan: BucketPlan):
+        """Every rank walks its full weights in lockstep; rank 0 streams them to the rollout workers
+        (ipc: returns the handles the rollout workers read them from)."""
         weights = self.learner.named_full_weights()
         if self.rank == 0:
-            self.transport.send(weights, plan)
-        else:
-            for _ in weights:
-                pass
+            return self.transport.send(weights, plan)
+        for _ in weights:
+            pass
+        return None
+
+    def release(self) -> None:
+        """Colocated, after a step: optimizer state to host memory, cached blocks back to the device."""
+        self.learner.release()
 
     def full_weights(self) -> dict:
         """Every parameter, full, on rank 0 ({} elsewhere); all ranks must be called (collective)."""
@@ -156,6 +166,9 @@ class LearnerGroup:
 
     def send_weights(self, plan: BucketPlan) -> list[ray.ObjectRef]:
         return [w.send_weights.remote(plan) for w in self.workers]
+
+    def release(self) -> None:
+        self._all([w.release.remote() for w in self.workers], "release")
 
     def full_weights(self) -> dict:
         return ray.get([w.full_weights.remote() for w in self.workers])[0]

@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 
 import ray
 from rayrl.coalesce import Coalescer
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
+from rayrl.engines.device_memory import device_used_gb
 from rayrl.engines.registry import ROLLOUT_ENGINES, resolve
 from rayrl.imports import load_object
 from rayrl.metrics import RayMetrics
 from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
 from rayrl.workflows.base import EpisodeEngine, Sampling, request_seed
+
+
+SLEEP_POLL_S = 0.005  # how often a waiting engine call or a draining sleep() looks again
 
 
 class RewardUnavailable(RuntimeError):
@@ -61,6 +66,11 @@ class RolloutWorker:
              "rollout_episodes_in_flight": "episodes running now"})
         self.metrics.inc("rollout_starts_total")
         self.in_flight = 0
+        # colocated: cleared while the engine sleeps; engine calls wait for it (the control methods run on
+        # another thread, hence a threading.Event and a plain count of the calls inside the engine)
+        self.awake, self.engine_calls = threading.Event(), 0
+        self.awake.set()
+        self.phase_memory: dict[str, float] = {}
         self.hand_over = Coalescer(lambda items: buffer.put_many.remote(index, items))
         self.scorers = [Coalescer(reward.score_many.remote) for reward in rewards]
 
@@ -68,13 +78,25 @@ class RolloutWorker:
     @ray.method(concurrency_group="gen")
     async def generate(self, requests: list[GenerationRequest]) -> list[Sample]:
         """Raw requests in, samples out (no reward, no buffer): episodes, evaluation, benchmarks, the gateway."""
+        await self._enter_engine()
         self._in_flight(len(requests), 1)
         try:
             samples = await self.engine.generate(requests)
         finally:
             self._in_flight(-len(requests), -1)
+            self.engine_calls -= 1
         self._count(samples)
         return samples
+
+    async def _enter_engine(self) -> None:
+        """Count this call in, unless the engine sleeps: then wait for it to wake (checked after counting,
+        so sleep() either sees this call and waits for it, or this call sees the sleep)."""
+        while True:
+            self.engine_calls += 1
+            if self.awake.is_set():
+                return
+            self.engine_calls -= 1
+            await asyncio.sleep(SLEEP_POLL_S)
 
     def _in_flight(self, requests: int, calls: int) -> None:
         """Requests in the engine (a gauge) and the time the engine had any (gen_s, summed)."""
@@ -193,6 +215,19 @@ class RolloutWorker:
         await self.engine.resume()
 
     @ray.method(concurrency_group="ctrl")
+    async def sleep(self) -> dict:
+        """Colocated: give the device to the learner until the next weight update. Engine calls already
+        running finish first (at η = 0 only dynamic sampling leaves any); new ones wait."""
+        self.awake.clear()
+        t0 = time.perf_counter()
+        while self.engine_calls:
+            await asyncio.sleep(SLEEP_POLL_S)
+        used = device_used_gb()  # the generate phase's peak: vLLM allocates its pools up front
+        await self.engine.sleep(self.cfg.placement.sleep_level)
+        self.phase_memory = {"mem_generate_gb": used, "mem_asleep_gb": device_used_gb()}
+        return {**self.phase_memory, "sleep_s": time.perf_counter() - t0}
+
+    @ray.method(concurrency_group="ctrl")
     def mark_restart(self, count: int) -> None:
         """Set by the driver after a restart: this worker's groups say which life made them."""
         self.label, self.life = f"rollout-{self.index} restart {count}", count
@@ -222,8 +257,17 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="ctrl")
     async def end_weight_update(self, version: int) -> None:
+        if not self.awake.is_set():  # weights written, the KV cache not back yet
+            self.phase_memory["mem_sync_gb"] = device_used_gb()
         await self.engine.end_weight_update(version)
+        self.awake.set()
         self.metrics.set("rollout_version", version)
+
+    @ray.method(concurrency_group="ctrl")
+    def sync_report(self) -> dict:
+        """Colocated: device memory at the last sleep and sync; ipc: how the last sync was written."""
+        receive = getattr(self.engine, "last_receive", None)
+        return {**self.phase_memory, **(receive() if receive else {})}
 
     @ray.method(concurrency_group="ctrl")
     def shutdown(self) -> None:

@@ -168,6 +168,9 @@ class LearnerConfig(_Section):
     dtype: Literal["float32", "bfloat16"] = "float32"  # parameter dtype; gradients reduce in fp32
     zero_stage: Literal[2, 3] = 3  # deepspeed only
     cpu_offload: bool = False  # fsdp: CPUOffloadPolicy; deepspeed: offload optimizer state
+    # optimizer state to host memory between steps, back for the next (colocate: room for the rollout engine)
+    offload_optimizer: bool = False
+    gpu_memory_fraction: float | None = Field(None, gt=0, le=1)  # caps the learner's share of its GPU; None: no cap
     activation_checkpointing: bool = False
     # torch.compile each decoder layer and the log-prob head's softmax arithmetic: fuses norms, rotary and
     # activations; the first steps pay the compile. Off by default: eager
@@ -264,13 +267,23 @@ class AlgorithmConfig(_Section):
 
 
 class SyncConfig(_Section):
-    transport: Literal["gloo", "nccl"] = "gloo"  # nccl: GPU, vLLM's native engine (model.backend=vllm)
+    # gloo: CPU; nccl: GPU, vLLM's native engine (model.backend=vllm); ipc: learner and rollout engine on the
+    # same GPU (placement.mode=colocate), CUDA IPC handles of packed buckets, written straight into the engine
+    transport: Literal["gloo", "nccl", "ipc"] = "gloo"
+    # the dtype weights travel in; learner: the learner's own (fp32 master weights); bfloat16 halves the bytes
+    # a bf16 rollout engine would round them to anyway
+    dtype: Literal["learner", "float32", "bfloat16", "float16"] = "learner"
     bucket_mb: float = Field(256.0, gt=0)  # packed-buffer size; vLLM warns of tensors bigger than it
     timeout_s: float = Field(120.0, gt=0)
 
 
 class PlacementConfig(_Section):
+    # colocate: rollout worker i and learner rank i share a device and take turns (synchronous, η = 0): the
+    # rollout engine sleeps while the learner trains, wakes for the weight sync, then generates
     mode: Literal["split", "colocate"] = "split"
+    # colocate: what the sleeping engine lets go of. 1: weights to host memory, KV cache freed;
+    # 2: weights and KV cache freed (the sync rewrites every weight anyway)
+    sleep_level: Literal[1, 2] = 2
     strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
     service_cpus: float = Field(0.5, gt=0)  # one bundle shared by the reward actors, buffer, broadcaster
     ready_timeout_s: float = Field(60.0, gt=0)  # the placement group must be placed within it, or the run stops
@@ -358,6 +371,16 @@ class Config(_Section):
         if self.rollout.workflow.endswith(":OpenAIAgent") and not self.agent.fn:
             raise ValueError("rollout.workflow=...:OpenAIAgent runs agent.fn; set agent.fn='package.module:agent' "
                              "(an async function (client, task) -> reward or None)")
+        if self.placement.mode == "colocate" and self.rollout.max_staleness != 0:
+            raise ValueError(f"placement.mode=colocate takes turns on each device (the rollout engine sleeps while "
+                             f"the learner trains), so generation never overlaps training: set rollout.max_staleness=0 "
+                             f"(got {self.rollout.max_staleness}), or placement.mode=split for asynchronous RL")
+        if self.sync.transport == "ipc" and not (gpus and self.placement.mode == "colocate"):
+            raise ValueError("sync.transport=ipc hands weights over inside one GPU: it needs GPUs "
+                             "(cluster.n_gpus_per_node > 0) and placement.mode=colocate; otherwise use nccl or gloo")
+        if self.learner.offload_optimizer and self.learner.backend == "deepspeed":
+            raise ValueError("learner.offload_optimizer moves torch/fsdp optimizer state; with learner.backend="
+                             "deepspeed use learner.cpu_offload (ZeRO offload)")
         if self.rollout.tensor_parallel_size > 1 and not (gpus and self.model.backend == "vllm"):
             raise ValueError("rollout.tensor_parallel_size > 1 needs model.backend=vllm and GPUs "
                              "(cluster.n_gpus_per_node > 0)")

@@ -18,7 +18,7 @@ from rayrl.algorithms.mismatch import MISMATCH_KEYS, summarize_mismatch
 from rayrl.checkpoint import RunState
 from rayrl.config import Config, save_config
 from rayrl.data import PromptStream, PromptTemplate, load_tasks, stream_position
-from rayrl.faults import ActorFailed, RolloutHealer, RunStopped, StopRequest, learner_stopped
+from rayrl.faults import ActorFailed, RolloutHealer, RunStopped, StopRequest, learner_stopped, wait_all
 from rayrl.metrics import Progress, RayMetrics, RunLog
 from rayrl.models import build_model
 from rayrl.models.tokenizer import load_tokenizer
@@ -109,6 +109,10 @@ class Trainer:
         ]
         if self.gateway:
             ray.get(self.gateway.set_workers.remote(self.rollouts))
+        self.colocated = cfg.placement.mode == "colocate"
+        if self.colocated and cfg.cluster.n_gpus_per_node > 0:  # vLLM sizes its pools before the learner takes memory
+            wait_all([w.health.remote() for w in self.rollouts], [f"rollout-{i}" for i in range(len(self.rollouts))],
+                     "starting the rollout engines", cfg.rollout.restart_timeout_s)
         self.learners = LearnerGroup(cfg, self.model_path, self.placement, namespace=self.namespace)
         self.broadcaster = WeightBroadcaster.options(**self._named("broadcaster", "service")).remote(
             cfg, self.learners, self.rollouts, self.buffer, version)
@@ -205,6 +209,29 @@ class Trainer:
         stats = self.learners.train(refs, values)
         returns = stats.pop("returns")
         return stats if stats.get("skipped") else {**stats, **self.critics.train(refs, returns, values)}
+
+    def train_colocated(self, refs: list) -> dict:
+        """Colocated (placement.mode=colocate): the rollout engines sleep, the learner trains, then lets go of
+        what it can (optimizer state with learner.offload_optimizer); the sync wakes the engines."""
+        t0 = time.perf_counter()
+        names = [f"rollout-{i}" for i in range(len(self.rollouts))]
+        asleep = wait_all([w.sleep.remote() for w in self.rollouts], names, "putting the rollout engines to sleep",
+                          self.cfg.sync.timeout_s)[0]
+        t1 = time.perf_counter()
+        stats = self.train(refs)
+        t2 = time.perf_counter()
+        self.learners.release()
+        return {**stats, "mem_generate_gb": asleep["mem_generate_gb"], "mem_asleep_gb": asleep["mem_asleep_gb"],
+                "sleep_s": t1 - t0, "release_s": time.perf_counter() - t2}
+
+    def sync_report(self) -> dict:
+        """Colocated: the device's memory once the weights were written (before the KV cache returned), and
+        how the rollout engine took them (ipc: direct or load_weights)."""
+        report = ray.get(self.rollouts[0].sync_report.remote())
+        out = {"mem_sync_gb": report.get("mem_sync_gb", 0.0)}
+        if "path" in report:
+            out.update(sync_path=report["path"], sync_write_s=report["seconds"])
+        return out
 
     def check_finite(self, step: int, stats: dict) -> None:
         """A step the learner skipped (non-finite advantages, loss or gradients): counted, or the run stops."""
@@ -334,11 +361,13 @@ class Trainer:
             t0 = time.perf_counter()
             refs = self.next_batch(run_refs)
             t1 = time.perf_counter()
-            stats = self.train(refs)
+            stats = self.train_colocated(refs) if self.colocated else self.train(refs)
             self.check_finite(step, stats)
             t2 = time.perf_counter()
             synced = self.sync(run_refs)  # rollout workers and buffer move to v+1
             t3 = time.perf_counter()
+            if self.colocated:
+                stats.update(self.sync_report())
             self.feed((lead + step) * B)
             samples += stats["samples"]
             loop_samples += stats["samples"]

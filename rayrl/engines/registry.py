@@ -16,6 +16,7 @@ LEARNER_BACKENDS = {
 WEIGHT_TRANSPORTS = {
     "gloo": "rayrl.engines.transport.gloo:GlooTransport",
     "nccl": "rayrl.engines.transport.nccl:NcclTransport",
+    "ipc": "rayrl.engines.transport.ipc:IpcTransport",
 }
 
 

@@ -22,6 +22,7 @@ from rayrl.config import Config
 from rayrl.engines.learner.base import LearnerBackend
 from rayrl.engines.learner.checkpoint import export_hf
 from rayrl.engines.learner.device import attention_for, learner_device, packs_sequences
+from rayrl.engines.learner.offload import move_optimizer_state
 from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, scatter, view
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
@@ -79,7 +80,10 @@ class Learner:
         self.hf_config = model.config
         ref = load_policy(*load)[0].eval().requires_grad_(False) if cfg.algorithm.beta > 0 else None
         backend_cls = resolve(LEARNER_BACKENDS, lc.backend, "learner.backend")
+        if self.device.type == "cuda" and lc.gpu_memory_fraction is not None:  # colocated: the rest is the engine's
+            torch.cuda.set_per_process_memory_fraction(lc.gpu_memory_fraction)
         self.backend: LearnerBackend = backend_cls(cfg, model, ref, self.device)
+        self.offloaded = False  # optimizer state in host memory (learner.offload_optimizer), until the next step
         self.version = 0
         self.last_returns: torch.Tensor | None = None  # ppo: the last step's returns, the critic's targets
 
@@ -115,6 +119,7 @@ class Learner:
         values: the critic's [B, T] (algorithm.type=ppo); the returns it should learn are left in
         self.last_returns."""
         cfg, alg, dp, backend = self.cfg, self.cfg.algorithm, self.dp, self.backend
+        self.reclaim()
         rewards, mask = shape_batch(batch.rewards, batch.loss_mask, batch.truncated, cfg.rollout.max_new_tokens, alg)
         mbs = microbatches(batch, cfg.learner.max_tokens_per_micro_batch, packs_sequences(cfg))
         mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
@@ -158,6 +163,20 @@ class Learner:
         self.version += 1
         return {"loss": 0.0, "grad_norm": 0.0, "micro_batches": len(mbs), "skipped": cause, **mismatch.result()}
 
+    # ---- colocated: room for the rollout engine between steps --------------------------------
+    def release(self) -> None:
+        """Optimizer state to host memory (learner.offload_optimizer), the allocator's cache to the device."""
+        if self.cfg.learner.offload_optimizer and not self.offloaded:
+            move_optimizer_state(self.backend.optimizer, torch.device("cpu"))
+            self.offloaded = True
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def reclaim(self) -> None:
+        if self.offloaded:
+            move_optimizer_state(self.backend.optimizer, self.device)
+            self.offloaded = False
+
     # ---- weights and checkpoints ------------------------------------------------------------
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Collective on sharded backends: every rank walks it in lockstep."""
@@ -170,6 +189,7 @@ class Learner:
         """The backend's training state, plus (rank 0) an HF export and the learner state; collective."""
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
+        self.reclaim()
         self.backend.save(out)
         full = {name: t.detach().cpu() for name, t in self.backend.named_full_weights()}
         if self.dp.rank == 0:
@@ -181,6 +201,7 @@ class Learner:
 
     def load(self, path: str) -> None:
         out = Path(path)
+        self.reclaim()
         self.backend.load(out)
         state = torch.load(out / STATE_FILE, weights_only=True)
         self.backend.scheduler.load_state_dict(state["scheduler"])

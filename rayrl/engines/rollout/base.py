@@ -23,7 +23,9 @@ class RolloutEngine(Protocol):
 
     async def init_weight_transfer(self, group_info: Any) -> None: ...
 
-    async def begin_weight_update(self) -> None: ...
+    async def sleep(self, level: int) -> None: ...  # colocated: free the device until the next weight update
+
+    async def begin_weight_update(self) -> None: ...  # asleep: the weights come back, the cache after the sync
 
     async def receive_weights(self, meta: Any) -> None: ...
 

@@ -81,6 +81,7 @@ class HFRolloutEngine:
         self.decode_steps = 0  # tokens generated per row so far, summed over calls
         self._gate = _PauseGate()
         self._transport = None
+        self._asleep, self._awake_as = 0, {}  # colocated: the sleep level, and each weight's shape and device
         self.max_context = self.model.config.max_position_embeddings
         self._pending: list[tuple[list[GenerationRequest], asyncio.Future]] = []
         self._running, self._dispatching = 0, False
@@ -195,7 +196,27 @@ class HFRolloutEngine:
         self._transport = resolve(WEIGHT_TRANSPORTS, self.cfg.sync.transport, "sync.transport")()
         await asyncio.to_thread(self._transport.init, group_info)
 
+    async def sleep(self, level: int) -> None:
+        """Colocated: level 1 moves the weights to host memory (nothing to do on CPU), level 2 frees them
+        (the next sync writes every one). Decoding holds no cache between calls."""
+        self._asleep = level
+        with torch.no_grad():
+            for p in self.model.parameters():
+                self._awake_as[p] = (p.shape, p.device)
+                p.data = p.data.to("cpu") if level == 1 else torch.empty(0, dtype=p.dtype, device=p.device)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def _wake(self) -> None:
+        with torch.no_grad():
+            for p, (shape, device) in self._awake_as.items():
+                p.data = p.data.to(device) if self._asleep == 1 else torch.empty(shape, dtype=p.dtype, device=device)
+        self._awake_as.clear()
+
     async def begin_weight_update(self) -> None:
+        if self._asleep:  # nothing is decoding: the worker drained before it slept
+            self._wake()
+            return
         await self.pause()
 
     async def receive_weights(self, meta) -> None:
@@ -213,6 +234,9 @@ class HFRolloutEngine:
 
     async def end_weight_update(self, version: int) -> None:
         self.version = version
+        if self._asleep:
+            self._asleep = 0
+            return
         await self.resume()
 
     def stats(self) -> dict:

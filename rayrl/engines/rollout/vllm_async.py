@@ -68,8 +68,13 @@ def engine_args(cfg: Config, model_path: str, dtype: str, weight_transfer: dict)
         enforce_eager=r.enforce_eager, enable_prefix_caching=r.enable_prefix_caching,
         logprobs_mode="processed_logprobs",  # behaviour log-probs at the sampling temperature
         max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
-        hf_overrides=head_overrides(cfg.model.lm_head_fp32),
+        hf_overrides=head_overrides(cfg.model.lm_head_fp32), enable_sleep_mode=sleeps(cfg),
         seed=cfg.learner.seed, disable_log_stats=True, **weight_transfer)
+
+
+def sleeps(cfg: Config) -> bool:
+    """Colocated on a GPU, the engine sleeps while the learner trains (vLLM's sleep mode is GPU-only)."""
+    return cfg.placement.mode == "colocate" and cfg.cluster.n_gpus_per_node > 0
 
 
 def token_versions(n_tokens: int, boundaries: list[tuple[int, int]], current: int) -> list[int]:
@@ -88,6 +93,7 @@ class VLLMRolloutEngine:
         self.max_context = cfg.rollout.max_model_len or hf_config.get("max_position_embeddings") or 0  # prompt + completion
         self.cfg, self.tokenizer = cfg, tokenizer
         self.version = 0
+        self.asleep = False  # colocated: sleeping while the learner trains, until the next weight update
         self.sync_ranks = cfg.rollout.tensor_parallel_size  # ranks this engine adds to the weight-sync group
         self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0, "untracked_at_update": 0}
         self._boundaries: dict[str, list[tuple[int, int, int]]] = {}  # request -> (index, tokens so far, version)
@@ -225,8 +231,18 @@ class VLLMRolloutEngine:
     async def init_weight_transfer(self, group_info) -> None:
         await self._on_loop(self._weights.init(self.llm, group_info))
 
+    async def sleep(self, level: int) -> None:
+        """Give the GPU to the learner: weights to host (1) or dropped (2), KV cache dropped. Nothing may
+        be in flight (the rollout worker drains first). On CPU there is nothing to give back."""
+        if sleeps(self.cfg):
+            await self._on_loop(self.llm.sleep(level))
+            self.asleep = True
+
     async def begin_weight_update(self) -> None:
-        await self.pause()
+        if self.asleep:  # only the weights come back before the sync; the KV cache after it
+            await self._on_loop(self.llm.wake_up(tags=["weights"]))
+        else:
+            await self.pause()
         await self._on_loop(self._weights.start(self.llm))
 
     async def receive_weights(self, meta) -> None:
@@ -235,7 +251,15 @@ class VLLMRolloutEngine:
     async def end_weight_update(self, version: int) -> None:
         await self._on_loop(self._weights.finish(self.llm, version))
         self.version = version
-        await self.resume()
+        if self.asleep:
+            await self._on_loop(self.llm.wake_up(tags=["kv_cache"]))
+            self.asleep = False
+        else:
+            await self.resume()
+
+    def last_receive(self) -> dict:
+        """ipc: how the last sync wrote the weights (direct or load_weights) and how long it took there."""
+        return dict(self._weights.last_receive)
 
     def shutdown(self) -> None:
         self.llm.shutdown()

@@ -2,7 +2,8 @@
 
 Every call into vLLM's init / start / update / finish weight-update methods goes through here,
 so API drift between vLLM releases (0.26 on the GPU machine, 0.27-0.32 on CPU, 0.33's new
-trainer API) is handled in one place.
+trainer API) is handled in one place. sync.transport=ipc bypasses vLLM's weight-transfer sessions: it
+calls the project's worker extension through collective_rpc (vllm_ipc_extension).
 """
 
 from __future__ import annotations
@@ -16,17 +17,21 @@ from rayrl.engines.transport.base import BucketPlan, GroupInfo
 # project transport -> the vLLM weight-transfer engine that receives it
 VLLM_ENGINE_FOR_TRANSPORT = {"gloo": "rayrl_gloo", "nccl": "nccl"}
 WORKER_EXTENSION = "rayrl.engines.rollout.vllm_gloo_engine.RayrlWorkerExtension"
+IPC_EXTENSION = "rayrl.engines.rollout.vllm_ipc_extension.RayrlIpcExtension"
 
 
 class VLLMWeightSync:
     def __init__(self, transport: str) -> None:
-        if transport not in VLLM_ENGINE_FOR_TRANSPORT:
+        if transport not in VLLM_ENGINE_FOR_TRANSPORT and transport != "ipc":
             raise ValueError(f"sync.transport '{transport}' has no vLLM receiver; "
-                             f"use one of {sorted(VLLM_ENGINE_FOR_TRANSPORT)}")
+                             f"use one of {sorted(VLLM_ENGINE_FOR_TRANSPORT) + ['ipc']}")
         self.transport = transport
+        self.last_receive: dict = {}  # ipc: which path wrote the weights, and how long it took
 
     def engine_args(self) -> dict:
         """Keyword arguments for AsyncEngineArgs that switch weight transfer on."""
+        if self.transport == "ipc":
+            return {"worker_extension_cls": IPC_EXTENSION}
         from vllm.config import WeightTransferConfig
 
         args = {"weight_transfer_config": WeightTransferConfig(backend=VLLM_ENGINE_FOR_TRANSPORT[self.transport])}
@@ -35,6 +40,8 @@ class VLLMWeightSync:
         return args
 
     async def init(self, llm, group_info: GroupInfo) -> None:
+        if self.transport == "ipc":  # no group: the handles come with each sync
+            return
         from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
 
         info = {"master_address": group_info.master_addr, "master_port": group_info.master_port,
@@ -44,11 +51,17 @@ class VLLMWeightSync:
         await llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=info))
 
     async def start(self, llm) -> None:
-        await llm.start_weight_update()
+        if self.transport != "ipc":
+            await llm.start_weight_update()
 
-    async def receive(self, llm, plan: BucketPlan) -> None:
+    async def receive(self, llm, plan) -> None:
+        """plan: the BucketPlan (gloo, nccl), or the learner's IpcPayload (ipc)."""
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
 
+        if self.transport == "ipc":
+            payload = msgspec.to_builtins(plan, builtin_types=(bytes,))  # plain data: no pickle in vLLM's RPC
+            self.last_receive = (await llm.collective_rpc("rayrl_receive_ipc", args=(payload,)))[0]
+            return
         if self.transport == "gloo":
             info = {"plan": msgspec.to_builtins(plan)}
         else:
@@ -59,6 +72,8 @@ class VLLMWeightSync:
         await llm.update_weights(WeightTransferUpdateRequest(update_info=info))
 
     async def finish(self, llm, version: int) -> None:
+        if self.transport == "ipc":
+            return
         if "weight_version" in inspect.signature(llm.finish_weight_update).parameters:  # vLLM >= 0.27
             await llm.finish_weight_update(weight_version=str(version))
         else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 import torch
@@ -73,20 +73,26 @@ def unpack(buffer: torch.Tensor, specs: list[TensorSpec]) -> Iterator[tuple[str,
         offset += n
 
 
-def checked_in_plan_order(named_tensors: Iterable[tuple[str, torch.Tensor]],
-                          plan: BucketPlan) -> Iterator[tuple[str, torch.Tensor]]:
-    """Pass tensors through, raising if one arrives out of the agreed order or shape."""
+def checked_in_plan_order(named_tensors: Iterable[tuple[str, torch.Tensor]], plan: BucketPlan,
+                          cast: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+    """Pass tensors through (in the plan's dtype when cast), raising if one arrives out of the agreed order
+    or shape."""
     it = iter(named_tensors)
     for spec in (s for bucket in plan.buckets for s in bucket):
         name, t = next(it)
         if name != spec.name or tuple(t.shape) != spec.shape:
             raise ValueError(f"weight order changed: expected {spec.name}{spec.shape}, got {name}{tuple(t.shape)}")
-        yield name, t
+        yield name, t.to(getattr(torch, spec.dtype)) if cast else t
 
 
 class WeightTransport(Protocol):
+    """collective: sender and receivers run at once (a broadcast). Otherwise send() returns what the
+    receivers need (IPC handles), and they receive after it."""
+
+    collective: bool
+
     def init(self, group_info: GroupInfo) -> None: ...
 
-    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], plan: BucketPlan) -> None: ...
+    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], plan: BucketPlan) -> Any: ...
 
-    def receive(self, plan: BucketPlan) -> Iterator[tuple[str, torch.Tensor]]: ...
+    def receive(self, meta: Any) -> Iterator[tuple[str, torch.Tensor]]: ...

@@ -14,6 +14,8 @@ from rayrl.placement.address import LOOPBACK, rendezvous_file
 
 
 class GlooTransport:
+    collective = True
+
     def __init__(self) -> None:
         self._pg = None
         self._store = None

@@ -15,6 +15,8 @@ from rayrl.engines.transport.base import BucketPlan, GroupInfo, checked_in_plan_
 
 
 class NcclTransport:
+    collective = True
+
     def __init__(self) -> None:
         self._group = None
 

@@ -1,0 +1,43 @@
+"""The vLLM side of sync.transport=ipc: a worker extension (vLLM's worker_extension_cls) called through
+collective_rpc with plain-data handles, so vLLM's RPC stays free of pickle.
+
+Each sync opens the learner's buckets (once; later syncs reuse them) and writes every tensor into
+vLLM's parameters directly (rayrl.engines.rollout.direct_write); a model the direct write does not
+cover takes vLLM's own load_weights instead.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+import torch
+
+from rayrl.engines.rollout.direct_write import plan_slots, write
+from rayrl.engines.transport.ipc import IpcPayload, IpcTransport
+
+
+class RayrlIpcExtension:
+    """Mixed into vLLM's worker class: `self` is the worker, which holds the model runner."""
+
+    def rayrl_receive_ipc(self, payload: dict) -> dict:
+        t0 = time.perf_counter()
+        payload = msgspec.convert(payload, IpcPayload)
+        runner = self.model_runner
+        model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+        if not hasattr(self, "_rayrl_ipc"):
+            self._rayrl_ipc, self._rayrl_plan, self._rayrl_slots = IpcTransport(), None, (None, "")
+        if self._rayrl_plan != payload.plan:  # the map is computed once per bucket plan
+            specs = [s for bucket in payload.plan.buckets for s in bucket]
+            self._rayrl_slots = plan_slots(specs, dict(model.named_parameters()),
+                                           getattr(model, "packed_modules_mapping", {}) or {})
+            self._rayrl_plan = payload.plan
+        slots, why = self._rayrl_slots
+        tensors = self._rayrl_ipc.receive(payload)
+        if slots is not None:
+            write(slots, dict(model.named_parameters()), tensors)
+        else:
+            model.load_weights(tensors)
+        torch.cuda.synchronize()  # done reading before the learner may write the buckets again
+        return {"path": "direct" if slots is not None else "load_weights", "why": why,
+                "seconds": time.perf_counter() - t0}

@@ -1,0 +1,91 @@
+"""Colocated GPU weight transport: learner rank 0 packs its weights into buckets that live as long as
+it does, shares one CUDA IPC handle per bucket, and the rollout engine on the same GPU reads them.
+
+Handles travel as plain ints and bytes (an IpcPayload), so vLLM's RPC carries them without pickle.
+The receiving process opens each handle once and keeps it; a sync after the first is two device copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import msgspec
+import torch
+from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
+
+from rayrl.engines.transport.base import BucketPlan, GroupInfo, checked_in_plan_order, unpack
+
+
+class SharedBuffer(msgspec.Struct, frozen=True):
+    """One CUDA IPC handle of a flat uint8 buffer, as torch's reduce_tensor gives it, minus the classes."""
+
+    gpu_uuid: str
+    numel: int
+    offset: int
+    handle: bytes
+    storage_bytes: int
+    storage_offset: int
+    ref_counter: bytes
+    ref_counter_offset: int
+    event: bytes
+    event_sync: bool
+
+
+class IpcPayload(msgspec.Struct, frozen=True):
+    plan: BucketPlan
+    buffers: list[SharedBuffer]  # one per bucket of the plan
+
+
+def gpu_uuid(index: int) -> str:
+    return str(torch.cuda.get_device_properties(index).uuid)
+
+
+def share(buffer: torch.Tensor) -> SharedBuffer:
+    _rebuild, args = reduce_tensor(buffer)
+    (_cls, _size, _stride, offset, _storage_cls, _dtype, device, handle, storage_bytes, storage_offset,
+     _grad, ref_counter, ref_counter_offset, event, event_sync) = args
+    return SharedBuffer(gpu_uuid(device), buffer.numel(), offset, handle, storage_bytes, storage_offset,
+                        ref_counter, ref_counter_offset, event, event_sync)
+
+
+def open_shared(shared: SharedBuffer) -> torch.Tensor:
+    """The sender's buffer, in this process; it must run on the same physical GPU."""
+    local = [i for i in range(torch.cuda.device_count()) if gpu_uuid(i) == shared.gpu_uuid]
+    if not local:
+        raise RuntimeError(f"sync.transport=ipc: the learner's GPU {shared.gpu_uuid} is not visible to this rollout "
+                           "engine; ipc needs both on one GPU (placement.mode=colocate)")
+    s = shared
+    return rebuild_cuda_tensor(torch.Tensor, torch.Size([s.numel]), (1,), s.offset, torch.storage.TypedStorage,
+                               torch.uint8, local[0], s.handle, s.storage_bytes, s.storage_offset, False,
+                               s.ref_counter, s.ref_counter_offset, s.event, s.event_sync)
+
+
+class IpcTransport:
+    collective = False
+
+    def __init__(self) -> None:
+        self._buffers: list[torch.Tensor] = []
+        self._shared: list[SharedBuffer] = []
+        self._opened: dict[bytes, torch.Tensor] = {}  # receiver: handle -> the sender's buffer, opened once
+
+    def init(self, group_info: GroupInfo) -> None:
+        """No rendezvous: the handles go with each sync."""
+
+    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], plan: BucketPlan) -> IpcPayload:
+        """Copy (and cast) every tensor into its bucket, then hand out the buckets' handles."""
+        if not self._buffers:
+            self._buffers = [torch.empty(sum(s.nbytes for s in b), dtype=torch.uint8, device="cuda")
+                             for b in plan.buckets]
+            self._shared = [share(b) for b in self._buffers]
+        it = checked_in_plan_order(named_tensors, plan, cast=False)  # copy_ casts on the way in
+        for bucket, buffer in zip(plan.buckets, self._buffers):
+            for (_name, slot), (_, tensor) in zip(unpack(buffer, bucket), it):
+                slot.copy_(tensor)
+        torch.cuda.synchronize()  # the receiver reads on another stream of another process
+        return IpcPayload(plan, self._shared)
+
+    def receive(self, payload: IpcPayload) -> Iterator[tuple[str, torch.Tensor]]:
+        for bucket, shared in zip(payload.plan.buckets, payload.buffers):
+            if shared.handle not in self._opened:
+                self._opened[shared.handle] = open_shared(shared)
+            yield from unpack(self._opened[shared.handle], bucket)
