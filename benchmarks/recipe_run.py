@@ -16,7 +16,9 @@ from benchmarks.common import benchmark_parser, write_result
 from rayrl.config import load_config
 from rayrl.trainer import train
 
-PER_STEP = ("reward_mean", "train_s", "sync_s", "wait_s", "step_s", "staleness_max")
+PER_STEP = ("reward_mean", "train_s", "sync_s", "wait_s", "step_s", "staleness_max",
+            # placement.mode=colocate: the phases' device memory, the sleep and the engine's own weight write
+            "mem_generate_gb", "mem_asleep_gb", "mem_train_gb", "mem_sync_gb", "sleep_s", "release_s", "sync_write_s")
 
 
 def main() -> None:
@@ -28,7 +30,7 @@ def main() -> None:
     summary = train(cfg)
     steps = [r for r in map(json.loads, (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines())
              if "step" in r]
-    per_step = {k: [s[k] for s in steps] for k in PER_STEP}
+    per_step = {k: [s[k] for s in steps] for k in PER_STEP if all(k in s for s in steps)}
     medians = {f"{k}_median": statistics.median(v) for k, v in per_step.items() if v}
     name = "recipe_" + Path(args.config).stem
     path = write_result(name, {"config_file": args.config, "overrides": args.overrides, "summary": summary,

@@ -6,6 +6,8 @@
 #                                 mismatch: PPO steps (policy + critic) with FSDP2 and ZeRO-3 on one GPU, and the
 #                                 rollout-training mismatch on vLLM's sampled tokens (gpu_learner_check --gpus 1);
 #                                 agent: the calculator agent through the gateway on a vLLM worker (gpu_agent_check)
+#                                 weight-sync: sync.transport=ipc against a device copy of the same bytes (weight_sync)
+#                                 colocate: recipes/gsm8k_grpo_1gpu.yaml, 5 steps, vLLM and learner taking turns
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh throughput-tp2   # 2 GPUs: rollout_throughput --tp 2
@@ -47,6 +49,14 @@ run_mode() {
   mismatch) CUDA_VISIBLE_DEVICES=0 step gpu_learner_check 600 python3 -m benchmarks.gpu_learner_check --commit "$commit" --gpus 1 ;;
   one-gpu) for m in varlen throughput mfu profile; do run_mode "$m"; done ;;
   agent) CUDA_VISIBLE_DEVICES=0 step gpu_agent_check 400 python3 -m benchmarks.gpu_agent_check --commit "$commit" ;;
+  weight-sync) CUDA_VISIBLE_DEVICES=0 step weight_sync 420 python3 -m benchmarks.weight_sync --commit "$commit" --transport ipc ;;
+  colocate)
+    fixtures
+    CUDA_VISIBLE_DEVICES=0 step gsm8k_1gpu 480 python3 -m benchmarks.recipe_run --commit "$commit" \
+      --config recipes/gsm8k_grpo_1gpu.yaml model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=5 \
+      learner.lr_warmup_steps=0 rollout.batch_size=16 data.eval_size=32 rollout.enforce_eager=true \
+      scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name=gsm8k-1gpu metrics.progress=false
+    ;;
   two-gpu)
     step gpu_rollout_check 330 python3 -m benchmarks.gpu_rollout_check --commit "$commit"
     step test_learner_gpu 600 python3 -m pytest -q -m gpu tests/gpu/test_learner_gpu.py -rxX
@@ -63,7 +73,7 @@ run_mode() {
       rollout.enforce_eager=true metrics.run_dir="$out/runs" metrics.progress=false checkpoint.save_final=false
     ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
-  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, two-gpu, throughput-tp2 or faults"; exit 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }
 

@@ -14,7 +14,13 @@ GIB = 2**30
 def device_used_gb() -> float:
     if not torch.cuda.is_available():
         return 0.0
-    return torch.cuda.device_memory_used() / GIB
+    try:
+        return torch.cuda.device_memory_used() / GIB
+    except (ImportError, ModuleNotFoundError, RuntimeError):  # no NVML bindings: ask CUDA, if this process uses it
+        if not torch.cuda.is_initialized():
+            return 0.0
+        free, total = torch.cuda.mem_get_info()
+        return (total - free) / GIB
 
 
 class PeakMemory:

@@ -1,11 +1,11 @@
 """The learner-name -> engine-parameter map of the direct weight write (sync.transport=ipc)."""
 
+import pytest
 import torch
 
 from rayrl.config import ConfigError, load_config
 from rayrl.engines.rollout.direct_write import plan_slots, write
 from rayrl.engines.transport.base import TensorSpec
-import pytest
 
 PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
 
@@ -76,3 +76,5 @@ def test_colocated_config_rules():
     cfg = load_config(None, ["placement.mode=colocate", "rollout.max_staleness=0", "cluster.n_gpus_per_node=1",
                              "model.backend=vllm", "sync.transport=ipc", "learner.backend=fsdp"])
     assert cfg.placement.sleep_level == 2
+    recipe = load_config("recipes/gsm8k_grpo_1gpu.yaml")
+    assert (recipe.placement.mode, recipe.sync.transport, recipe.rollout.max_staleness) == ("colocate", "ipc", 0)

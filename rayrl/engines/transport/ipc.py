@@ -66,7 +66,8 @@ class IpcTransport:
     def __init__(self) -> None:
         self._buffers: list[torch.Tensor] = []
         self._shared: list[SharedBuffer] = []
-        self._opened: dict[bytes, torch.Tensor] = {}  # receiver: handle -> the sender's buffer, opened once
+        # receiver: the sender's buffers by (allocation handle, offset in it), each opened once
+        self._opened: dict[tuple[bytes, int, int], torch.Tensor] = {}
 
     def init(self, group_info: GroupInfo) -> None:
         """No rendezvous: the handles go with each sync."""
@@ -86,6 +87,7 @@ class IpcTransport:
 
     def receive(self, payload: IpcPayload) -> Iterator[tuple[str, torch.Tensor]]:
         for bucket, shared in zip(payload.plan.buckets, payload.buffers):
-            if shared.handle not in self._opened:
-                self._opened[shared.handle] = open_shared(shared)
-            yield from unpack(self._opened[shared.handle], bucket)
+            key = (shared.handle, shared.storage_offset, shared.offset)
+            if key not in self._opened:
+                self._opened[key] = open_shared(shared)
+            yield from unpack(self._opened[key], bucket)
