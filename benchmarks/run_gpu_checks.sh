@@ -8,6 +8,7 @@
 #                                 agent: the calculator agent through the gateway on a vLLM worker (gpu_agent_check)
 #                                 weight-sync: sync.transport=ipc against a device copy of the same bytes (weight_sync)
 #                                 colocate: recipes/gsm8k_grpo_1gpu.yaml, 5 steps, vLLM and learner taking turns
+#                                 (random weights earn no reward: dynamic sampling would drop every group)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh throughput-tp2   # 2 GPUs: rollout_throughput --tp 2
@@ -55,6 +56,7 @@ run_mode() {
     CUDA_VISIBLE_DEVICES=0 step gsm8k_1gpu 480 python3 -m benchmarks.recipe_run --commit "$commit" \
       --config recipes/gsm8k_grpo_1gpu.yaml model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=5 \
       learner.lr_warmup_steps=0 rollout.batch_size=16 data.eval_size=32 rollout.enforce_eager=true \
+      algorithm.dynamic_sampling=false \
       scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name=gsm8k-1gpu metrics.progress=false
     ;;
   two-gpu)

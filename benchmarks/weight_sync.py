@@ -7,7 +7,7 @@ vLLM samples (then the learner rescores the tokens: mean |Δ log p| <= 0.01 and 
 >= 500 tokens, the mismatch bar), vLLM sleeps (level 2), the learner takes a step (lr large enough to
 move every weight), lets go of its optimizer state, and the sync wakes vLLM and writes the new weights.
 vLLM starts from dummy weights, so the first check fails unless the first sync wrote every tensor.
-Then hot syncs (vLLM awake, as in the split placement) time the transfer itself. References: one
+Then hot syncs (vLLM awake, as in the split placement) time the transfer itself, whole and step by step. References: one
 device-to-device copy of the same bytes, and the same bytes as 338 separate tensor copies.
 
     python -m benchmarks.weight_sync --transport ipc [--rounds 4] [--hot 10]
@@ -65,6 +65,26 @@ def probe(rollout, learners, prompts: list[list[int]], n_tokens: int) -> tuple[d
     groups = [TrajectoryGroup(Task(s.request_id, "", "0"), [s]) for s in samples]
     learner = learners.completion_logprobs(groups)
     return mismatch(learner, [s.logprobs for s in samples]), groups
+
+
+def sync_parts(broadcaster, learners, rollout, plan, repeats: int) -> dict:
+    """The hot sync's steps one by one from the driver (each a Ray call), medians: pausing vLLM, the learner
+    packing its buckets, vLLM writing them (its own share of that in write_s), resuming."""
+    version = ray.get(broadcaster.current_version.remote())
+    times: dict[str, list[float]] = {"pause_s": [], "send_s": [], "receive_s": [], "write_s": [], "resume_s": []}
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ray.get(rollout.begin_weight_update.remote())
+        t1 = time.perf_counter()
+        meta = ray.get(learners.rank0.send_weights.remote(plan))
+        t2 = time.perf_counter()
+        ray.get(rollout.receive_weights.remote(meta))
+        t3 = time.perf_counter()
+        ray.get(rollout.end_weight_update.remote(version))
+        t4 = time.perf_counter()
+        for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2, ray.get(rollout.sync_report.remote())["seconds"], t4 - t3)):
+            times[key].append(value)
+    return {f"part_{k}_median": statistics.median(v) for k, v in times.items()}
 
 
 def train_groups(groups: list[TrajectoryGroup], rng: random.Random) -> list:
@@ -127,6 +147,7 @@ def main() -> None:
     for _ in range(args.hot):
         synced = ray.get(broadcaster.sync.remote())
         hot.append({"publish_s": synced.seconds, "write_s": ray.get(rollout.sync_report.remote()).get("seconds")})
+    parts = sync_parts(broadcaster, learners, rollout, weight_plan, args.hot)
     check, _ = probe(rollout, learners, prompts, args.tokens)
     rounds.append({"round": f"after {args.hot} hot syncs", **check})
     for row in rounds:
@@ -138,7 +159,8 @@ def main() -> None:
                "buckets": setup["buckets"], **reference,
                "hot_publish_s_median": statistics.median(publish), "hot_publish_s_min": min(publish),
                "hot_publish_s_max": max(publish), "hot_write_s_median": statistics.median(writes),
-               "colocated_publish_s_median": statistics.median(r["publish_s"] for r in rounds if "publish_s" in r)}
+               "colocated_publish_s_median": statistics.median(r["publish_s"] for r in rounds if "publish_s" in r),
+               **parts}
     summary["hot_publish_over_copy"] = summary["hot_publish_s_median"] / reference["copy_flat_s"]
     summary["hot_write_over_copy"] = summary["hot_write_s_median"] / reference["copy_flat_s"]
     summary["goal_15ms_met"] = summary["hot_publish_s_median"] <= 0.015
@@ -146,6 +168,7 @@ def main() -> None:
                          "mem_sync_gb", "mismatch_tokens", "mismatch_abs_mean", "token_mult_prob_error", "ok"])
     print_table([summary], ["transport", "bytes", "tensors", "copy_flat_s", "copy_per_tensor_s", "hot_write_s_median",
                             "hot_publish_s_median", "hot_publish_over_copy", "colocated_publish_s_median"])
+    print_table([parts], list(parts))
     path = write_result("weight_sync", {"summary": summary, "rounds": rounds, "hot": hot,
                                         "config": cfg.model_dump(mode="json")}, args.commit)
     print("->", path)

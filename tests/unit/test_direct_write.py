@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rayrl.config import ConfigError, load_config
-from rayrl.engines.rollout.direct_write import plan_slots, write
+from rayrl.engines.rollout.direct_write import DirectWriter, plan_slots
 from rayrl.engines.transport.base import TensorSpec
 
 PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
@@ -42,7 +42,8 @@ def test_fused_parameters_get_their_rows_in_order():
     weights, params = _learner_weights(), _engine_params()
     slots, why = plan_slots(_specs(weights), params, PACKED)
     assert why == "" and slots is not None
-    write(slots, params, weights.items())
+    writer = DirectWriter(slots)
+    writer.write(params, weights.items())
     qkv = params["model.layers.0.self_attn.qkv_proj.weight"]
     assert torch.equal(qkv, torch.cat([weights[f"model.layers.0.self_attn.{p}_proj.weight"] for p in "qkv"]))
     assert torch.equal(params["model.layers.0.self_attn.qkv_proj.bias"],
@@ -50,6 +51,10 @@ def test_fused_parameters_get_their_rows_in_order():
     assert torch.equal(params["model.layers.0.mlp.gate_up_proj.weight"],
                        torch.cat([weights["model.layers.0.mlp.gate_proj.weight"], weights["model.layers.0.mlp.up_proj.weight"]]))
     assert torch.equal(params["model.norm.weight"], weights["model.norm.weight"])
+    params["model.norm.weight"] = torch.zeros(8)  # a parameter that moved: its rows are sliced again
+    writer.write(params, {n: t * 2 for n, t in weights.items()}.items())
+    assert torch.equal(params["model.norm.weight"], 2 * weights["model.norm.weight"])
+    assert torch.equal(qkv[:8], 2 * weights["model.layers.0.self_attn.q_proj.weight"])
 
 
 def test_a_map_that_would_not_write_everything_exactly_is_refused():

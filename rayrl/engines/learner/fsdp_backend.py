@@ -62,9 +62,13 @@ class FSDPBackend:
         return True
 
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """One full tensor at a time, gathered on every rank in the same order (a collective)."""
+        """One full tensor at a time, gathered on every rank in the same order (a collective); on one rank
+        the local shard is the full tensor (no gather)."""
+        whole = dist.get_world_size() == 1
         for name, p in self.model.named_parameters():
-            yield name, (p.full_tensor() if isinstance(p, DTensor) else p).detach()
+            if isinstance(p, DTensor):
+                p = p._local_tensor if whole else p.full_tensor()
+            yield name, p.detach()
 
     def weight_specs(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
         """Global shapes, no communication (a DTensor's shape is the full one)."""

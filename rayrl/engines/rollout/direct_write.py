@@ -66,10 +66,25 @@ def plan_slots(specs: list[TensorSpec], params: dict[str, torch.Tensor],
     return slots, ""
 
 
-def write(slots: list[Slot], params: dict[str, torch.Tensor], named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-    """Copy each tensor into its rows (casting to the parameter's dtype), in plan order."""
-    with torch.no_grad():
-        for slot, (name, tensor) in zip(slots, named_tensors, strict=True):
+class DirectWriter:
+    """Writes a plan's tensors into the engine's parameter rows with one fused copy (torch._foreach_copy_):
+    per-tensor Python would cost more than the copy itself. The destination rows are sliced once and
+    again only if a parameter moved (vLLM's sleep mode keeps their addresses across sleep and wake)."""
+
+    def __init__(self, slots: list[Slot]) -> None:
+        self.slots = slots
+        self._where: tuple[int, ...] = ()
+        self._rows: list[torch.Tensor] = []
+
+    def write(self, params: dict[str, torch.Tensor], named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        sources = []
+        for slot, (name, tensor) in zip(self.slots, named_tensors, strict=True):
             if name != slot.name:
                 raise ValueError(f"weight order changed: expected {slot.name}, got {name}")
-            params[slot.param][slot.start: slot.stop].copy_(tensor)
+            sources.append(tensor)
+        where = tuple(p.data_ptr() for p in params.values())
+        if where != self._where:
+            self._rows = [params[s.param].data[s.start: s.stop] for s in self.slots]
+            self._where = where
+        with torch.no_grad():
+            torch._foreach_copy_(self._rows, sources)

@@ -193,7 +193,8 @@ class VLLMRolloutEngine:
     async def _pause(self) -> None:
         await self.llm.pause_generation(mode="keep", clear_cache=self.cfg.rollout.recompute_kv_on_sync)
         seen = None
-        while seen != (now := (self._finished, await self._tokens_in_flight())):  # pre-pause outputs arrive
+        while self._boundaries and seen != (now := (self._finished, await self._tokens_in_flight())):  # pre-pause
+            # outputs arrive (nothing to wait for when no request is running)
             seen = now
             await asyncio.sleep(SETTLE_TICK_S)
         self._mark_boundaries()

@@ -13,7 +13,7 @@ import time
 import msgspec
 import torch
 
-from rayrl.engines.rollout.direct_write import plan_slots, write
+from rayrl.engines.rollout.direct_write import DirectWriter, plan_slots
 from rayrl.engines.transport.ipc import IpcPayload, IpcTransport
 
 
@@ -26,18 +26,19 @@ class RayrlIpcExtension:
         runner = self.model_runner
         model = runner.get_model() if hasattr(runner, "get_model") else runner.model
         if not hasattr(self, "_rayrl_ipc"):
-            self._rayrl_ipc, self._rayrl_plan, self._rayrl_slots = IpcTransport(), None, (None, "")
+            self._rayrl_ipc, self._rayrl_plan, self._rayrl_writer = IpcTransport(), None, (None, "")
+        params = dict(model.named_parameters())
         if self._rayrl_plan != payload.plan:  # the map is computed once per bucket plan
             specs = [s for bucket in payload.plan.buckets for s in bucket]
-            self._rayrl_slots = plan_slots(specs, dict(model.named_parameters()),
-                                           getattr(model, "packed_modules_mapping", {}) or {})
+            slots, why = plan_slots(specs, params, getattr(model, "packed_modules_mapping", {}) or {})
+            self._rayrl_writer = (DirectWriter(slots) if slots is not None else None, why)
             self._rayrl_plan = payload.plan
-        slots, why = self._rayrl_slots
+        writer, why = self._rayrl_writer
         tensors = self._rayrl_ipc.receive(payload)
-        if slots is not None:
-            write(slots, dict(model.named_parameters()), tensors)
+        if writer is not None:
+            writer.write(params, tensors)
         else:
             model.load_weights(tensors)
         torch.cuda.synchronize()  # done reading before the learner may write the buckets again
-        return {"path": "direct" if slots is not None else "load_weights", "why": why,
+        return {"path": "direct" if writer is not None else "load_weights", "why": why,
                 "seconds": time.perf_counter() - t0}

@@ -65,9 +65,12 @@ class IpcTransport:
 
     def __init__(self) -> None:
         self._buffers: list[torch.Tensor] = []
+        self._slots: list[torch.Tensor] = []  # sender: each tensor's place in its bucket, in plan order
         self._shared: list[SharedBuffer] = []
-        # receiver: the sender's buffers by (allocation handle, offset in it), each opened once
+        # receiver: the sender's buffers by (allocation handle, offset in it), each opened once, and the
+        # tensor views of the last payload (the same buffers and plan every sync)
         self._opened: dict[tuple[bytes, int, int], torch.Tensor] = {}
+        self._views: tuple[IpcPayload | None, list[tuple[str, torch.Tensor]]] = (None, [])
 
     def init(self, group_info: GroupInfo) -> None:
         """No rendezvous: the handles go with each sync."""
@@ -77,17 +80,22 @@ class IpcTransport:
         if not self._buffers:
             self._buffers = [torch.empty(sum(s.nbytes for s in b), dtype=torch.uint8, device="cuda")
                              for b in plan.buckets]
+            self._slots = [t for b, buf in zip(plan.buckets, self._buffers) for _, t in unpack(buf, b)]
             self._shared = [share(b) for b in self._buffers]
-        it = checked_in_plan_order(named_tensors, plan, cast=False)  # copy_ casts on the way in
-        for bucket, buffer in zip(plan.buckets, self._buffers):
-            for (_name, slot), (_, tensor) in zip(unpack(buffer, bucket), it):
-                slot.copy_(tensor)
+        tensors = [t for _, t in checked_in_plan_order(named_tensors, plan, cast=False)]
+        with torch.no_grad():
+            torch._foreach_copy_(self._slots, tensors)  # one fused copy; casts to the plan's dtype on the way in
         torch.cuda.synchronize()  # the receiver reads on another stream of another process
         return IpcPayload(plan, self._shared)
 
     def receive(self, payload: IpcPayload) -> Iterator[tuple[str, torch.Tensor]]:
-        for bucket, shared in zip(payload.plan.buckets, payload.buffers):
-            key = (shared.handle, shared.storage_offset, shared.offset)
-            if key not in self._opened:
-                self._opened[key] = open_shared(shared)
-            yield from unpack(self._opened[key], bucket)
+        if self._views[0] != payload:
+            self._views = (payload, [v for bucket, shared in zip(payload.plan.buckets, payload.buffers)
+                                     for v in unpack(self._open(shared), bucket)])
+        return iter(self._views[1])
+
+    def _open(self, shared: SharedBuffer) -> torch.Tensor:
+        key = (shared.handle, shared.storage_offset, shared.offset)
+        if key not in self._opened:
+            self._opened[key] = open_shared(shared)
+        return self._opened[key]
