@@ -231,6 +231,8 @@ class Trainer:
         out = {"mem_sync_gb": report.get("mem_sync_gb", 0.0)}
         if "path" in report:
             out.update(sync_path=report["path"], sync_write_s=report["seconds"])
+            if report["why"]:  # why vLLM's load_weights took the weights instead of the direct write
+                out["sync_path_why"] = report["why"]
         return out
 
     def check_finite(self, step: int, stats: dict) -> None:

@@ -71,6 +71,19 @@ def test_a_map_that_would_not_write_everything_exactly_is_refused():
     assert slots is None and "q_proj" in why
 
 
+def test_vocabulary_padding_rows_are_zeroed_not_required():
+    """vLLM pads the embedding to a multiple of 64 rows; the learner sends the real vocabulary."""
+    weights, params = _learner_weights(), _engine_params()
+    params["model.embed_tokens.weight"] = torch.full((64, 8), float("nan"))
+    slots, why = plan_slots(_specs(weights), params, PACKED)
+    assert slots is None and "embed_tokens" in why
+    vocab = {"model.embed_tokens.weight": 20}
+    slots, why = plan_slots(_specs(weights), params, PACKED, vocab)
+    DirectWriter(slots, vocab).write(params, weights.items())
+    assert torch.equal(params["model.embed_tokens.weight"][:20], weights["model.embed_tokens.weight"])
+    assert torch.equal(params["model.embed_tokens.weight"][20:], torch.zeros(44, 8))
+
+
 def test_colocated_config_rules():
     with pytest.raises(ConfigError, match="max_staleness=0"):
         load_config(None, ["placement.mode=colocate", "rollout.max_staleness=1"])

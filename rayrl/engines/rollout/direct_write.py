@@ -43,9 +43,12 @@ def _target(name: str, rows: dict[str, int], params: dict[str, torch.Tensor],
     return None
 
 
-def plan_slots(specs: list[TensorSpec], params: dict[str, torch.Tensor],
-               packed: dict[str, list[str]]) -> tuple[list[Slot] | None, str]:
-    """Slots for every spec, or (None, why) when the direct write would not reproduce load_weights."""
+def plan_slots(specs: list[TensorSpec], params: dict[str, torch.Tensor], packed: dict[str, list[str]],
+               vocab_rows: dict[str, int] | None = None) -> tuple[list[Slot] | None, str]:
+    """Slots for every spec, or (None, why) when the direct write would not reproduce load_weights.
+    vocab_rows: parameters padded past the real vocabulary (vLLM pads embeddings to a multiple of 64)
+    and their real row count; the padding rows are never read, and DirectWriter zeroes them."""
+    vocab_rows = vocab_rows or {}
     rows = {s.name: (s.shape[0] if s.shape else 1) for s in specs}
     filled: dict[str, int] = {}
     slots = []
@@ -60,7 +63,7 @@ def plan_slots(specs: list[TensorSpec], params: dict[str, torch.Tensor],
             return None, f"'{s.name}' {tuple(s.shape)} does not fit rows {start}:{stop} of '{param}' {tuple(p.shape)}"
         slots.append(Slot(s.name, param, start, stop))
         filled[param] = filled.get(param, 0) + (stop - start)
-    missing = [n for n, p in params.items() if filled.get(n, 0) != (p.shape[0] if p.dim() else 1)]
+    missing = [n for n, p in params.items() if filled.get(n, 0) != vocab_rows.get(n, p.shape[0] if p.dim() else 1)]
     if missing:
         return None, f"{len(missing)} engine parameters would not be written fully, e.g. '{missing[0]}'"
     return slots, ""
@@ -71,10 +74,11 @@ class DirectWriter:
     per-tensor Python would cost more than the copy itself. The destination rows are sliced once and
     again only if a parameter moved (vLLM's sleep mode keeps their addresses across sleep and wake)."""
 
-    def __init__(self, slots: list[Slot]) -> None:
-        self.slots = slots
+    def __init__(self, slots: list[Slot], vocab_rows: dict[str, int] | None = None) -> None:
+        self.slots, self.vocab_rows = slots, vocab_rows or {}
         self._where: tuple[int, ...] = ()
         self._rows: list[torch.Tensor] = []
+        self._padding: list[torch.Tensor] = []
 
     def write(self, params: dict[str, torch.Tensor], named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         sources = []
@@ -85,6 +89,9 @@ class DirectWriter:
         where = tuple(p.data_ptr() for p in params.values())
         if where != self._where:
             self._rows = [params[s.param].data[s.start: s.stop] for s in self.slots]
+            self._padding = [params[n].data[rows:] for n, rows in self.vocab_rows.items() if rows < params[n].shape[0]]
             self._where = where
         with torch.no_grad():
             torch._foreach_copy_(self._rows, sources)
+            if self._padding:  # freed memory after a level-2 sleep: keep it finite
+                torch._foreach_zero_(self._padding)

@@ -30,8 +30,10 @@ class RayrlIpcExtension:
         params = dict(model.named_parameters())
         if self._rayrl_plan != payload.plan:  # the map is computed once per bucket plan
             specs = [s for bucket in payload.plan.buckets for s in bucket]
-            slots, why = plan_slots(specs, params, getattr(model, "packed_modules_mapping", {}) or {})
-            self._rayrl_writer = (DirectWriter(slots) if slots is not None else None, why)
+            vocab_rows = {f"{name}.weight": m.org_vocab_size for name, m in model.named_modules()
+                          if hasattr(m, "org_vocab_size") and f"{name}.weight" in params}
+            slots, why = plan_slots(specs, params, getattr(model, "packed_modules_mapping", {}) or {}, vocab_rows)
+            self._rayrl_writer = (DirectWriter(slots, vocab_rows) if slots is not None else None, why)
             self._rayrl_plan = payload.plan
         writer, why = self._rayrl_writer
         tensors = self._rayrl_ipc.receive(payload)
