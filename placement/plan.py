@@ -2,7 +2,8 @@
 
 split:    one bundle per rollout worker (tensor_parallel_size bundles for a vLLM worker with TP > 1)
           and per learner rank, plus one service bundle.
-colocate: rollout worker i and learner rank i share bundle i (each takes half of it).
+colocate: rollout worker i and learner rank i share bundle i (each takes half of it, and on a GPU they
+          take turns: the trainer puts the rollout engine to sleep while the learner trains).
 The service bundle holds the reward actors, buffer and broadcaster. With algorithm.type=ppo, critic rank
 i shares learner rank i's bundle: each takes half of the learner's share.
 A vLLM worker with TP > 1 holds no GPU itself: vLLM's Ray executor places its TP workers on the
