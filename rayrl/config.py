@@ -378,6 +378,10 @@ class Config(_Section):
         if self.sync.transport == "ipc" and not (gpus and self.placement.mode == "colocate"):
             raise ValueError("sync.transport=ipc hands weights over inside one GPU: it needs GPUs "
                              "(cluster.n_gpus_per_node > 0) and placement.mode=colocate; otherwise use nccl or gloo")
+        if self.sync.transport == "ipc" and self.rollout.num_workers > 1:
+            raise ValueError(f"sync.transport=ipc hands learner rank 0's weights to the rollout engine on its own GPU "
+                             f"only: it needs rollout.num_workers=1 (got {self.rollout.num_workers}); with more GPUs "
+                             "use placement.mode=split and sync.transport=nccl")
         if self.learner.offload_optimizer and self.learner.backend == "deepspeed":
             raise ValueError("learner.offload_optimizer moves torch/fsdp optimizer state; with learner.backend="
                              "deepspeed use learner.cpu_offload (ZeRO offload)")

@@ -91,6 +91,10 @@ def test_colocated_config_rules():
         load_config(None, ["sync.transport=ipc", "rollout.max_staleness=0"])
     with pytest.raises(ConfigError, match="offload_optimizer"):
         load_config(None, ["learner.offload_optimizer=true", "learner.backend=deepspeed"])
+    colocated_gpu = ["placement.mode=colocate", "rollout.max_staleness=0", "cluster.n_gpus_per_node=2",
+                     "model.backend=vllm", "sync.transport=ipc", "learner.backend=fsdp"]
+    with pytest.raises(ConfigError, match="rollout.num_workers=1"):
+        load_config(None, colocated_gpu + ["rollout.num_workers=2", "learner.num_workers=2"])
     cfg = load_config(None, ["placement.mode=colocate", "rollout.max_staleness=0", "cluster.n_gpus_per_node=1",
                              "model.backend=vllm", "sync.transport=ipc", "learner.backend=fsdp"])
     assert cfg.placement.sleep_level == 2

@@ -5,15 +5,11 @@ from __future__ import annotations
 import torch
 
 
-def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> int:
-    """Every state tensor (DTensor shards included) to device; step counters stay where they are.
-    Returns the bytes moved."""
-    moved = 0
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Every state tensor (DTensor shards included) to device; step counters stay where they are."""
     for state in optimizer.state.values():
         for key, value in state.items():
             if torch.is_tensor(value) and value.dim() > 0 and value.device != device:
                 state[key] = value.to(device, non_blocking=True)
-                moved += value.numel() * value.element_size()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-    return moved
