@@ -215,8 +215,9 @@ class Trainer:
         what it can (optimizer state with learner.offload_optimizer); the sync wakes the engines."""
         t0 = time.perf_counter()
         names = [f"rollout-{i}" for i in range(len(self.rollouts))]
+        drain_s = self.cfg.rollout.request_timeout_s + self.cfg.sync.timeout_s  # running requests finish first
         asleep = wait_all([w.sleep.remote() for w in self.rollouts], names, "putting the rollout engines to sleep",
-                          self.cfg.sync.timeout_s)[0]
+                          drain_s)[0]
         t1 = time.perf_counter()
         stats = self.train(refs)
         t2 = time.perf_counter()
