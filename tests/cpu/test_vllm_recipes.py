@@ -3,6 +3,11 @@ same run), and the GSM8K recipe runs end to end on a small local model with a KL
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -24,6 +29,21 @@ def test_arithmetic_recipe_learns_with_vllm(ray_cluster, model_cache, tmp_path):
     before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
     assert after >= before + 0.15, f"held-out accuracy {before:.3f} -> {after:.3f}"
     assert not any(summary["reward_failures"].values()) and summary["aborted_samples"] == 0
+
+
+def test_vllm_recipe_on_its_own_loopback_cluster(model_cache, tmp_path):
+    """`python recipes/arithmetic_grpo.py model.backend=vllm` starts a private loopback-only cluster, where
+    weight-sync groups meet in a rendezvous file: vLLM's gloo engine must be given the same file."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([
+        sys.executable, "recipes/arithmetic_grpo.py", "--config", "recipes/arithmetic_grpo.yaml", "model.backend=vllm",
+        "rollout.enforce_eager=true", "rollout.cpu_kv_cache_gb=0.25", f"model.cache_dir={model_cache}",
+        f"metrics.run_dir={tmp_path}", "metrics.run_name=own", "learner.total_steps=2", "data.eval_size=8",
+        "scheduler.include_dashboard=false", "metrics.progress=false", "checkpoint.save_final=false",
+        "sync.timeout_s=60"], capture_output=True, text=True, timeout=600, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "own" / "summary.json").read_text())
+    assert summary["groups"]["trained"] == 2 * 32 and summary["weight_sync"]["tensors"] > 0
 
 
 def test_gsm8k_recipe_runs_on_cpu(ray_cluster, tmp_path):

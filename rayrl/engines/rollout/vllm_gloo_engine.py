@@ -29,6 +29,7 @@ class GlooInitInfo(WeightTransferInitInfo):
     rank_offset: int
     world_size: int
     timeout_s: float
+    key: str = ""  # the group's rendezvous key: a loopback-only cluster meets in a file named by it
 
 
 @dataclass
@@ -46,7 +47,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         rank = init_info.rank_offset + p.data_parallel_index * p.world_size + p.rank
         self.transport = GlooTransport()
         self.transport.init(GroupInfo(init_info.master_address, init_info.master_port, init_info.world_size,
-                                      rank, init_info.timeout_s))
+                                      rank, init_info.timeout_s, init_info.key))
 
     def start_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload

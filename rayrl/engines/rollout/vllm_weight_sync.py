@@ -47,7 +47,7 @@ class VLLMWeightSync:
         info = {"master_address": group_info.master_addr, "master_port": group_info.master_port,
                 "rank_offset": group_info.rank, "world_size": group_info.world_size}
         if self.transport == "gloo":
-            info["timeout_s"] = group_info.timeout_s
+            info.update(timeout_s=group_info.timeout_s, key=group_info.key)
         await llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=info))
 
     async def start(self, llm) -> None:
