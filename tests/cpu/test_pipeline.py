@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import ray
 
@@ -74,6 +76,11 @@ def test_buffer_drops_a_group_that_came_back_past_the_staleness_bound(ray_cluste
     assert meta.task_id == "fresh" and ray.get(wrapped[0]) == group["fresh"]
     ray.get(buffer.set_version.remote(2))
     pending = buffer.get_batch.remote(1)  # "old" is 2 versions behind: dropped, its prompt queued first
+    # an async actor may start calls out of order: take() only once get_batch() has dropped "old"
+    for _ in range(1000):
+        if ray.get(buffer.stats.remote())["dropped_stale"] == 1:
+            break
+        time.sleep(0.01)
     assert [t.id for t in ray.get(buffer.take.remote(0, 3))] == ["old", "late"]
     ray.get(buffer.put.remote(0, group["old"], GroupMeta("old", 2)))
     (wrapped, meta), = ray.get(pending)
