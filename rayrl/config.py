@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-
-class ConfigError(ValueError):
-    """A bad key or value in the run configuration; the message names it."""
+from rayrl.config_yaml import ConfigError, merge, parse_overrides, read_yaml  # noqa: F401 (parse_overrides: re-exported)
 
 
 class _Section(BaseModel):
@@ -104,6 +101,10 @@ class RolloutConfig(_Section):
     # a weight update preempts in-flight requests and recomputes their KV cache with the new weights;
     # False keeps the KV entries the old weights wrote (faster resume, slightly off-policy prefix)
     recompute_kv_on_sync: bool = True
+    # vLLM batch-invariant and the learner on vLLM's kernels: rollout and learner log-probs equal bit for bit
+    # (README, "Bitwise on-policy"); kv_block_size: vLLM's KV page, which the learner's attention reads alike
+    bitwise_on_policy: bool = False
+    kv_block_size: int = Field(16, ge=16)
 
 
 class RewardConfig(_Section):
@@ -388,6 +389,16 @@ class Config(_Section):
         if self.rollout.tensor_parallel_size > 1 and not (gpus and self.model.backend == "vllm"):
             raise ValueError("rollout.tensor_parallel_size > 1 needs model.backend=vllm and GPUs "
                              "(cluster.n_gpus_per_node > 0)")
+        r, lc = self.rollout, self.learner
+        bitwise_needs = {"model.backend=vllm": self.model.backend == "vllm", "cluster.n_gpus_per_node > 0": gpus,
+                         "rollout.enforce_eager=true": r.enforce_eager, "rollout.dtype=bfloat16": r.dtype == "bfloat16",
+                         "rollout.tensor_parallel_size=1": r.tensor_parallel_size == 1,
+                         "learner.dtype=bfloat16": lc.dtype == "bfloat16", "learner.compile=false": not lc.compile,
+                         "learner.backend=fsdp or torch": lc.backend in ("fsdp", "torch"),
+                         "learner.num_workers=1": lc.num_workers == 1, "model.lm_head_fp32=false": not self.model.lm_head_fp32}
+        if r.bitwise_on_policy and not all(bitwise_needs.values()):
+            raise ValueError("rollout.bitwise_on_policy=true is verified for one learner rank on vLLM's eager bf16 "
+                             "kernels; set " + ", ".join(k for k, ok in bitwise_needs.items() if not ok))
         return self
 
 
@@ -418,53 +429,6 @@ def _explain(err: ValidationError) -> str:
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
-class _YamlLoader(yaml.SafeLoader):
-    """YAML 1.1 reads 1e-4 (no dot) as a string; configs mean a float, as YAML 1.2 and JSON do."""
-
-
-_YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
-               r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.inf|\.Inf|\.INF|\.nan|\.NaN|\.NAN)$"),
-    list("-+0123456789."))
-
-
-def _yaml(text: str, where: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_YamlLoader)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{where} is not valid YAML: {' '.join(str(err).split())}") from None
-
-
-def _set_dotted(tree: dict, key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = tree
-    for p in parts[:-1]:
-        child = node.setdefault(p, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"cannot set '{key}': '{p}' is a value, not a section")
-        node = child
-    node[parts[-1]] = value
-
-
-def parse_overrides(overrides: list[str]) -> dict:
-    """Turn ["rollout.batch_size=32", ...] into a nested dict; values are parsed as YAML."""
-    tree: dict = {}
-    for item in overrides:
-        if "=" not in item or item.startswith("="):
-            raise ConfigError(f"override '{item}' is not of the form key.path=value")
-        key, raw = item.split("=", 1)
-        _set_dotted(tree, key.strip(), _yaml(raw, f"the value of override '{item}'") if raw else "")
-    return tree
-
-
-def _merge(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
     """Read a YAML file (optional), apply dotted overrides, validate; raise ConfigError naming the key."""
     tree: dict = {}
@@ -476,10 +440,10 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
             text = p.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError) as err:
             raise ConfigError(f"config file '{path}' cannot be read as UTF-8 text ({err})") from None
-        tree = _yaml(text, f"config file '{path}'") or {}
+        tree = read_yaml(text, f"config file '{path}'") or {}
         if not isinstance(tree, dict):
             raise ConfigError(f"config file '{path}' must hold a mapping of sections, got {type(tree).__name__}")
-    tree = _merge(tree, parse_overrides(overrides or []))
+    tree = merge(tree, parse_overrides(overrides or []))
     try:
         return Config.model_validate(tree)
     except ValidationError as err:

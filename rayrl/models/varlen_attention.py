@@ -14,7 +14,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 VARLEN = "rayrl_varlen"
 
 
-def _flash(q, k, v, cu: torch.Tensor, max_len: int, scale: float | None) -> torch.Tensor:
+def flash_varlen(q, k, v, cu: torch.Tensor, max_len: int, scale: float | None) -> torch.Tensor:
     """q [T, H, D], k / v [T, Hkv, D] (GQA is native to the kernel), causal within each sequence."""
     return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, max_len, max_len, 0.0, True, False,
                                                    scale=scale)[0]
@@ -40,17 +40,17 @@ def varlen_attention_forward(module, query, key, value, attention_mask, scaling=
     if kwargs.get("cu_seq_lens_q") is not None:  # packed: one row of many sequences
         if b != 1:
             raise ValueError(f"packed micro-batches are one row; got {b} rows with cu_seq_lens_q")
-        out = _flash(q[0], k[0], v[0], kwargs["cu_seq_lens_q"].to(torch.int32), kwargs["max_length_q"], scaling)
+        out = flash_varlen(q[0], k[0], v[0], kwargs["cu_seq_lens_q"].to(torch.int32), kwargs["max_length_q"], scaling)
         return out.unsqueeze(0), None
     if attention_mask is None:  # no padding: a sequence starts wherever position_ids restart at 0
         cu, max_len = _starts(kwargs.get("position_ids"), b, length, query.device)
-        out = _flash(*(t.reshape(b * length, *t.shape[2:]) for t in (q, k, v)), cu, max_len, scaling)
+        out = flash_varlen(*(t.reshape(b * length, *t.shape[2:]) for t in (q, k, v)), cu, max_len, scaling)
         return out.view(b, length, *out.shape[1:]), None
     keep = attention_mask.reshape(-1).nonzero().squeeze(-1)  # padded rows: drop the pads, then put them back
     lengths = attention_mask.sum(-1, dtype=torch.int32)
     cu = torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
     packed = [t.reshape(b * length, *t.shape[2:])[keep] for t in (q, k, v)]
-    out = _flash(*packed, cu, int(lengths.max()), scaling)
+    out = flash_varlen(*packed, cu, int(lengths.max()), scaling)
     full = out.new_zeros(b * length, *out.shape[1:]).index_copy_(0, keep, out)
     return full.view(b, length, *out.shape[1:]), None
 

@@ -26,6 +26,8 @@ from rayrl.engines.learner.offload import move_optimizer_state
 from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, scatter, view
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
+from rayrl.models.bitwise_ops import enable_batch_invariant_kernels
+from rayrl.models.bitwise_qwen2 import BitwiseQwen2
 from rayrl.models.builder import load_policy
 from rayrl.types import Batch
 
@@ -75,10 +77,18 @@ class Learner:
         torch.set_num_threads(max(1, num_threads))
         torch.manual_seed(lc.seed)
         self.cfg, self.device, self.dp = cfg, learner_device(cfg), data_parallel()
-        load = (model_path, attention_for(self.device), lc.logprob_chunk_tokens, lc.compile)
-        model, self.tokenizer = load_policy(*load)
+        bitwise = cfg.rollout.bitwise_on_policy
+        if bitwise:  # before the first CUDA matmul: cuBLAS reads its workspace setting once
+            enable_batch_invariant_kernels()
+        load = (model_path, attention_for(self.device), None if bitwise else lc.logprob_chunk_tokens, lc.compile)
+
+        def policy():
+            model, tokenizer = load_policy(*load)
+            return (BitwiseQwen2(model, cfg.rollout.kv_block_size) if bitwise else model), tokenizer
+
+        model, self.tokenizer = policy()
         self.hf_config = model.config
-        ref = load_policy(*load)[0].eval().requires_grad_(False) if cfg.algorithm.beta > 0 else None
+        ref = policy()[0].eval().requires_grad_(False) if cfg.algorithm.beta > 0 else None
         backend_cls = resolve(LEARNER_BACKENDS, lc.backend, "learner.backend")
         if self.device.type == "cuda" and lc.gpu_memory_fraction is not None:  # colocated: the rest is the engine's
             torch.cuda.set_per_process_memory_fraction(lc.gpu_memory_fraction)

@@ -26,7 +26,9 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
             out = model(**inputs).logits[:, :-1]
         logp, ent = (out[..., 0], out[..., 1]) if entropy else (out, None)
     else:
-        all_logp = torch.log_softmax(model(**inputs).logits[:, :-1].float() / temperature, -1)
+        logits = model(**inputs).logits[:, :-1].float()
+        # on CUDA, dividing by a Python float multiplies by its reciprocal; vLLM divides by a tensor
+        all_logp = torch.log_softmax(logits / (logits.new_tensor(temperature) if logits.is_cuda else temperature), -1)
         logp = all_logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         ent = -(all_logp.exp() * all_logp).sum(-1) if entropy else None
     pad = lambda t: torch.cat([torch.zeros_like(t[:, :1]), t], 1)  # noqa: E731

@@ -69,6 +69,7 @@ def engine_args(cfg: Config, model_path: str, dtype: str, weight_transfer: dict)
         logprobs_mode="processed_logprobs",  # behaviour log-probs at the sampling temperature
         max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
         hf_overrides=head_overrides(cfg.model.lm_head_fp32), enable_sleep_mode=sleeps(cfg),
+        block_size=r.kv_block_size if r.bitwise_on_policy else None,  # the learner's attention reads the same pages
         seed=cfg.learner.seed, disable_log_stats=True, **weight_transfer)
 
 
@@ -98,7 +99,7 @@ class VLLMRolloutEngine:
         self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0, "untracked_at_update": 0}
         self._boundaries: dict[str, list[tuple[int, int, int]]] = {}  # request -> (index, tokens so far, version)
         self._finished = 0
-        self._weights = VLLMWeightSync(cfg.sync.transport)
+        self._weights = VLLMWeightSync(cfg.sync.transport, cfg.rollout.bitwise_on_policy)
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True).start()
         try:
@@ -121,6 +122,8 @@ class VLLMRolloutEngine:
         # vLLM forks its engine process unless told otherwise (it does inside Ray actors); forking a
         # process that runs Ray's threads (a driver, a test) deadlocks at engine start
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        if self.cfg.rollout.bitwise_on_policy:  # vLLM's switch is its environment; its engine process inherits it
+            os.environ["VLLM_BATCH_INVARIANT"] = "1"
         args = engine_args(self.cfg, model_path, self.dtype, self._weights.engine_args())
         try:
             # LLM_CLASS: vLLM's batch-throughput defaults (on a large GPU 1024 sequences, 16384 tokens per step);

@@ -18,25 +18,30 @@ from rayrl.engines.transport.base import BucketPlan, GroupInfo
 VLLM_ENGINE_FOR_TRANSPORT = {"gloo": "rayrl_gloo", "nccl": "nccl"}
 WORKER_EXTENSION = "rayrl.engines.rollout.vllm_gloo_engine.RayrlWorkerExtension"
 IPC_EXTENSION = "rayrl.engines.rollout.vllm_ipc_extension.RayrlIpcExtension"
+# rollout.bitwise_on_policy: the same per transport, importing the fixed-order residual norm (vllm_bitwise)
+BITWISE_EXTENSION = {t: f"rayrl.engines.rollout.vllm_bitwise.{name}" for t, name in
+                     (("nccl", "BitwiseExtension"), ("gloo", "BitwiseGlooExtension"), ("ipc", "BitwiseIpcExtension"))}
 
 
 class VLLMWeightSync:
-    def __init__(self, transport: str) -> None:
+    def __init__(self, transport: str, bitwise: bool = False) -> None:
         if transport not in VLLM_ENGINE_FOR_TRANSPORT and transport != "ipc":
             raise ValueError(f"sync.transport '{transport}' has no vLLM receiver; "
                              f"use one of {sorted(VLLM_ENGINE_FOR_TRANSPORT) + ['ipc']}")
-        self.transport = transport
+        self.transport, self.bitwise = transport, bitwise
         self.last_receive: dict = {}  # ipc: which path wrote the weights, and how long it took
 
     def engine_args(self) -> dict:
         """Keyword arguments for AsyncEngineArgs that switch weight transfer on."""
-        if self.transport == "ipc":
-            return {"worker_extension_cls": IPC_EXTENSION}
-        from vllm.config import WeightTransferConfig
+        args = {}
+        if self.transport != "ipc":
+            from vllm.config import WeightTransferConfig
 
-        args = {"weight_transfer_config": WeightTransferConfig(backend=VLLM_ENGINE_FOR_TRANSPORT[self.transport])}
-        if self.transport == "gloo":  # the worker imports it, which registers the gloo engine there
-            args["worker_extension_cls"] = WORKER_EXTENSION
+            args["weight_transfer_config"] = WeightTransferConfig(backend=VLLM_ENGINE_FOR_TRANSPORT[self.transport])
+        if self.bitwise:
+            args["worker_extension_cls"] = BITWISE_EXTENSION[self.transport]
+        elif self.transport != "nccl":  # gloo: the worker imports it, which registers the gloo engine there
+            args["worker_extension_cls"] = IPC_EXTENSION if self.transport == "ipc" else WORKER_EXTENSION
         return args
 
     async def init(self, llm, group_info: GroupInfo) -> None:

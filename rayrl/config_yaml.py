@@ -1,0 +1,59 @@
+"""Configuration text: YAML files and dotted key=value overrides, read into nested dicts."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad key or value in the run configuration; the message names it."""
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """YAML 1.1 reads 1e-4 (no dot) as a string; configs mean a float, as YAML 1.2 and JSON do."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+               r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.inf|\.Inf|\.INF|\.nan|\.NaN|\.NAN)$"),
+    list("-+0123456789."))
+
+
+def read_yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_YamlLoader)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where} is not valid YAML: {' '.join(str(err).split())}") from None
+
+
+def _set_dotted(tree: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for p in parts[:-1]:
+        child = node.setdefault(p, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set '{key}': '{p}' is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> dict:
+    """Turn ["rollout.batch_size=32", ...] into a nested dict; values are parsed as YAML."""
+    tree: dict = {}
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ConfigError(f"override '{item}' is not of the form key.path=value")
+        key, raw = item.split("=", 1)
+        _set_dotted(tree, key.strip(), read_yaml(raw, f"the value of override '{item}'") if raw else "")
+    return tree
+
+
+def merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

@@ -1,0 +1,176 @@
+"""The operations of the bitwise on-policy mode (rollout.bitwise_on_policy): each forward runs the very
+CUDA / Triton kernel vLLM's batch-invariant mode runs, each backward is a plain PyTorch recompute (correct,
+not bitwise). vLLM's worker and the learner both take the residual norm from `add_rms_norm` here."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def enable_batch_invariant_kernels() -> None:
+    """vLLM's batch-invariant mode in this process, as vLLM's workers enable it: cuBLAS without split-K
+    (its workspace env, read when the first cuBLAS handle is made, so call this before any CUDA matmul),
+    Triton log-softmax and mean, IEEE fp32 matmuls."""
+    from vllm.model_executor.layers.batch_invariant import enable_batch_invariant_mode
+
+    enable_batch_invariant_mode()
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+
+
+def _vjp(native, inputs: tuple, grads: tuple) -> tuple:
+    """Gradients of `native` (a PyTorch reference of the kernel) at `inputs`, computed in fp32."""
+    with torch.enable_grad():
+        xs = [x.detach().float().requires_grad_() for x in inputs]
+        outs = native(*xs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        got = torch.autograd.grad(outs, xs, [g.float() for g in grads])
+    return tuple(g.to(x.dtype) for g, x in zip(got, inputs))
+
+
+# ---- RMSNorm: vLLM's batch-invariant Triton kernel (fixed 1024-wide blocks, one program per row) ----
+def rms_norm_native(x, weight, eps: float):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        from vllm.model_executor.layers.batch_invariant import rms_norm_batch_invariant
+
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+        return rms_norm_batch_invariant(x, weight, eps)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return (*_vjp(lambda a, w: rms_norm_native(a, w, ctx.eps), (x, weight), (grad,)), None)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return _RMSNorm.apply(x, weight, eps)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    """The residual norm of this mode, on both sides: a bf16 add, then the row-wise Triton norm. vLLM 0.26
+    runs a CUDA kernel here whose block size changes at 256 tokens per step, which breaks invariance."""
+    residual = x + residual
+    return rms_norm(residual, weight, eps), residual
+
+
+# ---- rotary: vLLM's CUDA kernel (neox style, in place) on copies --------------------------------
+def rope_cache(head_dim: int, base: float, max_positions: int, device, dtype) -> torch.Tensor:
+    """[positions, head_dim]: cos then sin, computed as vLLM's RotaryEmbedding computes them (fp32 on the
+    device, then cast), so both sides rotate by the same bf16 numbers."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=device) / head_dim))
+    t = torch.arange(max_positions, dtype=torch.float, device=device)
+    freqs = torch.einsum("i,j -> ij", t, inv_freq)
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).to(dtype)
+
+
+def rope_native(x, cos, sin):
+    """x [T, heads, D] in neox halves; cos / sin [T, 1, D/2]."""
+    a, b = x.chunk(2, -1)
+    return torch.cat((a * cos - b * sin, b * cos + a * sin), -1)
+
+
+class _Rope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, positions, q, k, cache, head_dim):
+        from vllm import _custom_ops as ops
+
+        q, k = q.clone(), k.clone()
+        ops.rotary_embedding(positions, q, k, head_dim, cache, True)
+        ctx.save_for_backward(positions, cache)
+        ctx.head_dim = head_dim
+        return q, k
+
+    @staticmethod
+    def backward(ctx, gq, gk):
+        positions, cache = ctx.saved_tensors
+        cos, sin = cache[positions].float().unsqueeze(1).chunk(2, -1)
+        d = ctx.head_dim
+        # the rotation's transpose is the rotation by -angle
+        back = [rope_native(g.float().reshape(g.shape[0], -1, d), cos, -sin).reshape(g.shape).to(g.dtype)
+                for g in (gq, gk)]
+        return None, back[0], back[1], None, None
+
+
+def rope(positions, q, k, cache, head_dim: int):
+    return _Rope.apply(positions, q, k, cache, head_dim)
+
+
+# ---- SiLU-and-multiply: vLLM's CUDA kernel ------------------------------------------------------
+def silu_and_mul_native(x):
+    gate, up = x.chunk(2, -1)
+    return F.silu(gate) * up
+
+
+class _SiluAndMul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = x.new_empty(*x.shape[:-1], x.shape[-1] // 2)
+        torch.ops._C.silu_and_mul(out, x)
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return _vjp(silu_and_mul_native, (x,), (grad,))
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    return _SiluAndMul.apply(x)
+
+
+# ---- attention: vLLM's FlashAttention over a paged KV cache, as its decoder reads it --------------
+def paged_layout(cu: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slots of a packed row's tokens in a paged cache (each sequence from a fresh page) and the block
+    table [sequences, pages] that reads them back, as vLLM's scheduler lays out a prefill."""
+    lengths = cu.diff().long()
+    pages = (lengths + block_size - 1) // block_size
+    first = F.pad(pages.cumsum(0), (1, 0))[:-1]
+    seq = torch.repeat_interleave(torch.arange(len(lengths), device=cu.device), lengths)
+    offset = torch.arange(int(cu[-1]), device=cu.device) - cu[:-1].long()[seq]
+    slots = first[seq] * block_size + offset
+    table = first[:, None] + torch.arange(int(pages.max()), device=cu.device)[None]
+    table = torch.where(table < (first + pages)[:, None], table, 0)
+    return slots, table.to(torch.int32)
+
+
+class _PagedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu, max_len, scale, block_size):
+        from vllm.v1.attention.backends.fa_utils import get_flash_attn_version
+        from vllm.vllm_flash_attn import flash_attn_varlen_func
+
+        slots, table = paged_layout(cu, block_size)
+        n_pages = int(table.max()) + 1
+        kc, vc = (t.new_zeros(n_pages * block_size, *t.shape[1:]) for t in (k, v))
+        kc[slots], vc[slots] = k, v
+        kc, vc = (t.view(n_pages, block_size, *t.shape[1:]) for t in (kc, vc))
+        descale = torch.ones(len(cu) - 1, k.shape[1], dtype=torch.float32, device=q.device)
+        out = flash_attn_varlen_func(q=q, k=kc, v=vc, max_seqlen_q=max_len, cu_seqlens_q=cu, max_seqlen_k=max_len,
+                                     seqused_k=cu.diff().to(torch.int32), softmax_scale=scale, causal=True,
+                                     window_size=[-1, -1], block_table=table, softcap=0.0, k_descale=descale,
+                                     v_descale=descale, num_splits=1, fa_version=get_flash_attn_version())
+        ctx.save_for_backward(q, k, v, cu)
+        ctx.max_len, ctx.scale = max_len, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        from rayrl.models.varlen_attention import flash_varlen
+
+        q, k, v, cu = ctx.saved_tensors
+        grads = _vjp(lambda a, b, c: flash_varlen(a.bfloat16(), b.bfloat16(), c.bfloat16(), cu, ctx.max_len,
+                                                  ctx.scale), (q, k, v), (grad,))
+        return (*grads, None, None, None, None)
+
+
+def paged_attention(q, k, v, cu: torch.Tensor, max_len: int, scale: float, block_size: int) -> torch.Tensor:
+    """q [T, heads, D], k / v [T, kv_heads, D], causal within each sequence of the packed row."""
+    return _PagedAttention.apply(q, k, v, cu, max_len, scale, block_size)

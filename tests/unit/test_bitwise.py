@@ -1,0 +1,105 @@
+"""The bitwise on-policy mode's CPU-checkable parts: the paged layout the learner's attention reads, the
+rotary backward, the learner's Qwen2 wiring (vLLM's CUDA kernels stood in for by PyTorch references, since
+they do not run here) against transformers' own forward, and the config's refusals. The equality itself is a
+GPU test (tests/gpu/test_bitwise.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+import rayrl.models.bitwise_qwen2 as bq
+from rayrl.config import ConfigError, load_config
+from rayrl.models.bitwise_ops import paged_layout, rms_norm_native, rope_cache, rope_native, silu_and_mul_native
+
+
+def test_paged_layout_reads_back_every_sequence():
+    lengths = torch.tensor([1, 16, 17, 40, 3])
+    cu = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+    slots, table = paged_layout(cu, 16)
+    k = torch.randn(int(cu[-1]), 2, 4)
+    cache = k.new_zeros(int(table.max() + 1) * 16, 2, 4)
+    cache[slots] = k
+    pages = cache.view(-1, 16, 2, 4)
+    assert len(set(slots.tolist())) == len(slots)  # no token overwrites another
+    for s, n in enumerate(lengths.tolist()):
+        read = pages[table[s, : -(-n // 16)].long()].reshape(-1, 2, 4)[:n]
+        assert torch.equal(read, k[cu[s]: cu[s + 1]])
+
+
+def test_rope_backward_is_the_inverse_rotation():
+    cache = rope_cache(8, 10000.0, 64, "cpu", torch.float32)
+    pos = torch.randint(0, 64, (5,))
+    cos, sin = cache[pos].unsqueeze(1).chunk(2, -1)
+    x = torch.randn(5, 3, 8, requires_grad=True)
+    g = torch.randn(5, 3, 8)
+    (auto,) = torch.autograd.grad((rope_native(x, cos, sin) * g).sum(), x)
+    assert torch.allclose(rope_native(g, cos, -sin), auto, atol=1e-6)
+
+
+def _natives(monkeypatch):
+    """PyTorch references in place of vLLM's CUDA / Triton kernels (same math, not the same bits)."""
+    def rope(pos, q, k, cache, d):
+        cos, sin = cache[pos].float().unsqueeze(1).chunk(2, -1)
+        out = [rope_native(t.float().view(t.shape[0], -1, d), cos, sin).reshape(t.shape).to(t.dtype) for t in (q, k)]
+        return out[0], out[1]
+
+    def attention(q, k, v, cu, max_len, scale, block_size):
+        outs = []
+        for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+            qs, ks, vs = (t[a:b].transpose(0, 1).float() for t in (q, k, v))
+            outs.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale,
+                                                       enable_gqa=True).transpose(0, 1))
+        return torch.cat(outs).to(q.dtype)
+
+    norm = lambda x, w, eps: rms_norm_native(x.float(), w.float(), eps).to(x.dtype)  # noqa: E731
+    monkeypatch.setattr(bq, "rms_norm", norm)
+    monkeypatch.setattr(bq, "add_rms_norm", lambda x, r, w, eps: (norm(x + r, w, eps), x + r))
+    monkeypatch.setattr(bq, "rope", rope)
+    monkeypatch.setattr(bq, "silu_and_mul", lambda x: silu_and_mul_native(x.float()).to(x.dtype))
+    monkeypatch.setattr(bq, "paged_attention", attention)
+
+
+def test_learner_forward_is_wired_like_qwen2(monkeypatch):
+    _natives(monkeypatch)
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                         tie_word_embeddings=True, initializer_range=0.2)
+    hf = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+    model = bq.BitwiseQwen2(hf, block_size=16)
+    assert model.padded_vocab == 128
+    lengths = [5, 19, 1]
+    ids = torch.randint(0, 100, (sum(lengths),))
+    pos = torch.cat([torch.arange(n) for n in lengths])
+    cu = F.pad(torch.tensor(lengths).cumsum(0), (1, 0))
+    with torch.no_grad():
+        packed = model(ids[None], position_ids=pos[None], cu_seq_lens_q=cu, max_length_q=max(lengths)).logits[0]
+        for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
+            want = hf(ids[None, a:b]).logits[0].float()
+            assert (packed[a:b].float() - want).abs().max() < 0.05 * want.abs().max()
+        # padded rows (left padding, as batches are laid out) give the packed row's logits
+        rows = torch.zeros(3, 19, dtype=torch.long)
+        mask = torch.zeros(3, 19, dtype=torch.long)
+        for i, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+            rows[i, 19 - (b - a):], mask[i, 19 - (b - a):] = ids[a:b], 1
+        padded = model(rows, attention_mask=mask).logits
+        assert torch.equal(padded[mask.bool()], packed)
+    # gradients reach every parameter, named as transformers names them
+    model.gradient_checkpointing_enable()
+    model(ids[None], position_ids=pos[None], cu_seq_lens_q=cu, max_length_q=19).logits.float().logsumexp(-1).sum().backward()
+    names = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert names == {n for n, _ in hf.named_parameters()}
+
+
+def test_config_names_what_bitwise_mode_needs():
+    with pytest.raises(ConfigError, match="rollout.enforce_eager=true.*learner.num_workers=1"):
+        load_config(None, ["rollout.bitwise_on_policy=true", "model.backend=vllm", "cluster.n_gpus_per_node=1",
+                           "rollout.dtype=bfloat16", "learner.dtype=bfloat16", "learner.num_workers=2",
+                           "learner.backend=fsdp"])
+    cfg = load_config(None, ["rollout.bitwise_on_policy=true", "model.backend=vllm", "cluster.n_gpus_per_node=1",
+                             "rollout.dtype=bfloat16", "learner.dtype=bfloat16", "rollout.enforce_eager=true",
+                             "learner.backend=fsdp"])
+    assert cfg.rollout.kv_block_size == 16
