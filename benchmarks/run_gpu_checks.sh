@@ -9,6 +9,8 @@
 #                                 weight-sync: sync.transport=ipc against a device copy of the same bytes (weight_sync)
 #                                 colocate: recipes/gsm8k_grpo_1gpu.yaml, 5 steps, vLLM and learner taking turns
 #                                 (random weights earn no reward: dynamic sampling would drop every group)
+#                                 bitwise-test: tests/gpu/test_bitwise.py (vLLM batch-invariant, learner log-probs equal)
+#                                 bitwise: benchmarks/bitwise.py (that check, then the recipe normal vs bitwise)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh throughput-tp2   # 2 GPUs: rollout_throughput --tp 2
@@ -51,6 +53,8 @@ run_mode() {
   one-gpu) for m in varlen throughput mfu profile; do run_mode "$m"; done ;;
   agent) CUDA_VISIBLE_DEVICES=0 step gpu_agent_check 400 python3 -m benchmarks.gpu_agent_check --commit "$commit" ;;
   weight-sync) CUDA_VISIBLE_DEVICES=0 step weight_sync 420 python3 -m benchmarks.weight_sync --commit "$commit" --transport ipc ;;
+  bitwise-test) CUDA_VISIBLE_DEVICES=0 step test_bitwise 580 python3 -m pytest -q -s -m gpu tests/gpu/test_bitwise.py -rxX ;;
+  bitwise) CUDA_VISIBLE_DEVICES=0 step bitwise 580 python3 -m benchmarks.bitwise --commit "$commit" ;;
   colocate)
     fixtures
     CUDA_VISIBLE_DEVICES=0 step gsm8k_1gpu 480 python3 -m benchmarks.recipe_run --commit "$commit" \
@@ -75,7 +79,7 @@ run_mode() {
       rollout.enforce_eager=true metrics.run_dir="$out/runs" metrics.progress=false checkpoint.save_final=false
     ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
-  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, two-gpu, throughput-tp2 or faults"; exit 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, bitwise-test, bitwise, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }
 

@@ -111,6 +111,8 @@ def silu_and_mul_native(x):
 class _SiluAndMul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
+        import vllm._custom_ops  # noqa: F401  (loads vLLM's CUDA ops into torch.ops._C)
+
         out = x.new_empty(*x.shape[:-1], x.shape[-1] // 2)
         torch.ops._C.silu_and_mul(out, x)
         ctx.save_for_backward(x)

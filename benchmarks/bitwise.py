@@ -1,0 +1,200 @@
+"""Bitwise on-policy (rollout.bitwise_on_policy) on one GPU, with a Qwen2-1.5B-shaped model (random weights):
+
+1. engine check: vLLM (batch-invariant, rayrl's fixed-order residual norm) generates one prompt alone and
+   inside a batch whose first step prefills >= 300 tokens and whose decode runs >= 256 sequences (greedy);
+   then samples at temperature 1 from prompts of several lengths (>= 2,000 tokens), which the learner's
+   bitwise forward scores in the same process. Reported: max |Δ log p| alone vs batched, learner vs vLLM
+   (bitwise and the normal learner forward), and the cosine between the two forwards' gradients.
+2. recipe runs: recipes/gsm8k_grpo_1gpu.yaml (colocated, FSDP2 learner, IPC weight sync after every step) in
+   the normal mode and in the bitwise mode, same config otherwise, order alternating over --repeats: the
+   learner-vs-rollout mismatch of every step, rollout tokens/s and the learner's MFU.
+
+    python -m benchmarks.bitwise [--steps 5] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.common import benchmark_parser, print_table, write_result
+from rayrl.config import load_config
+from rayrl.data.gsm8k import write_synthetic_gsm8k
+from rayrl.models.builder import QWEN2_1_5B_SHAPE, load_policy, save_random_qwen2
+from rayrl.models.tokenizer import TEXT_CHARS
+
+H200_BF16_PEAK = 989e12  # dense bf16 FLOP/s
+EXTENSION = "rayrl.engines.rollout.vllm_bitwise.BitwiseExtension"
+PROMPT_LENGTHS = (5, 17, 40, 64, 130, 250, 400, 700)  # 8 x 256 sampled tokens = 2,048
+
+
+def fixtures(root: Path) -> tuple[Path, Path]:
+    shape = {k: v for k, v in QWEN2_1_5B_SHAPE.items() if k != "vocab_size"}
+    model = save_random_qwen2(root / "model", chars=TEXT_CHARS, **shape)
+    return model, write_synthetic_gsm8k(root / "gsm8k.jsonl", 512)
+
+
+def _max_gap(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+def _sampled(outputs) -> list[tuple[list[int], list[float]]]:
+    return [(list(c.token_ids), [next(iter(d.values())).logprob for d in c.logprobs])
+            for o in outputs for c in o.outputs]
+
+
+def _engine(model_dir: Path):
+    from vllm import LLM
+
+    return LLM(model=str(model_dir), dtype="bfloat16", enforce_eager=True, block_size=16, max_model_len=1024,
+               max_num_seqs=512, gpu_memory_utilization=0.45, enable_prefix_caching=False, seed=0,
+               skip_tokenizer_init=True, logprobs_mode="processed_logprobs", worker_extension_cls=EXTENSION)
+
+
+def _learner_logprobs(model, seqs: list[list[int]], temperature: float, grad: bool = False) -> list[torch.Tensor]:
+    """Each sequence's token log-probs (entry t: log p(token t | < t)) from one packed row, as the learner scores."""
+    from rayrl.engines.learner.scoring import token_logprobs
+
+    lengths = torch.tensor([len(s) for s in seqs])
+    ids = torch.tensor([t for s in seqs for t in s], device="cuda")[None]
+    pos = torch.cat([torch.arange(n) for n in lengths.tolist()]).cuda()[None]
+    cu = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32).cuda()
+    with torch.set_grad_enabled(grad):
+        logp = token_logprobs(model, ids, None, temperature, pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
+                              max_length_q=int(lengths.max()), max_length_k=int(lengths.max()))[0]
+    return list(logp.split(lengths.tolist()))
+
+
+def _response_gap(logps, prompts, samples) -> float:
+    return max(_max_gap(lp[len(p):].tolist(), got) for lp, p, (_, got) in zip(logps, prompts, samples))
+
+
+def _grads(model, seqs, prompts) -> torch.Tensor:
+    model.zero_grad(set_to_none=True)
+    logps = _learner_logprobs(model, seqs, 1.0, grad=True)
+    sum(lp[len(p):].sum() for lp, p in zip(logps, prompts)).backward()
+    return torch.cat([p.grad.float().flatten() for _, p in sorted(model.named_parameters())])
+
+
+def engine_check(model_dir: Path) -> dict:
+    """vLLM in this process's engine subprocess, the learner's forward in this process (its kernels switched to
+    vLLM's batch-invariant ones for the rest of the process: run it before any other CUDA matmul)."""
+    from rayrl.models.bitwise_ops import enable_batch_invariant_kernels
+
+    saved_env = dict(os.environ)  # vLLM's switch and the cuBLAS settings: this check's only, not the recipe runs'
+    os.environ["VLLM_BATCH_INVARIANT"] = "1"
+    enable_batch_invariant_kernels()
+    try:
+        return _engine_check(model_dir)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def _engine_check(model_dir: Path) -> dict:
+    from vllm import SamplingParams
+
+    from rayrl.models.bitwise_qwen2 import BitwiseQwen2
+    from rayrl.models.varlen_attention import VARLEN
+
+    rng = random.Random(0)
+    vocab = len(TEXT_CHARS)
+    prompt = lambda n: [rng.randrange(3, vocab) for _ in range(n)]  # noqa: E731
+    llm = _engine(model_dir)
+    try:
+        greedy = SamplingParams(temperature=0.0, max_tokens=32, logprobs=0, ignore_eos=True, detokenize=False)
+        target = prompt(40)
+        others = [prompt(rng.randrange(8, 40)) for _ in range(299)]
+        alone = _sampled(llm.generate([{"prompt_token_ids": target}], greedy, use_tqdm=False))[0]
+        batched = _sampled(llm.generate([{"prompt_token_ids": p} for p in others[:150] + [target] + others[150:]],
+                                        greedy, use_tqdm=False))[150]
+        prompts = [prompt(n) for n in PROMPT_LENGTHS]
+        sampling = [SamplingParams(temperature=1.0, max_tokens=256, logprobs=0, ignore_eos=True, detokenize=False,
+                                   seed=i) for i in range(len(prompts))]
+        samples = _sampled(llm.generate([{"prompt_token_ids": p} for p in prompts], sampling, use_tqdm=False))
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+    seqs = [p + toks for p, (toks, _) in zip(prompts, samples)]
+    hf, _ = load_policy(model_dir, VARLEN)
+    hf = hf.to("cuda", torch.bfloat16)
+    bitwise = BitwiseQwen2(hf, block_size=16)
+    row = {"prefill_tokens_first_step": sum(map(len, others)) + len(target), "decode_running": len(others) + 1,
+           "alone_vs_batched_max": _max_gap(alone[1], batched[1]), "alone_vs_batched_same_tokens": alone[0] == batched[0],
+           "sampled_tokens": sum(len(t) for t, _ in samples), "prompt_lengths": list(PROMPT_LENGTHS),
+           "learner_bitwise_max": _response_gap(_learner_logprobs(bitwise, seqs, 1.0), prompts, samples),
+           "learner_normal_max": _response_gap(_learner_logprobs(hf, seqs, 1.0), prompts, samples)}
+    g_bitwise, g_normal = _grads(bitwise, seqs, prompts), _grads(hf, seqs, prompts)
+    row["grad_cosine"] = float(F.cosine_similarity(g_bitwise, g_normal, dim=0))
+    row["grad_norm_ratio"] = float(g_bitwise.norm() / g_normal.norm())
+    del hf, bitwise, g_bitwise, g_normal
+    gc.collect()
+    torch.cuda.empty_cache()  # the recipe runs after it share this GPU
+    return row
+
+
+def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, tag: str) -> dict:
+    from rayrl.trainer import train
+
+    overrides = [f"model.path={model_dir}", f"data.path={data}", f"learner.total_steps={steps}",
+                 "learner.lr_warmup_steps=0", "rollout.batch_size=16", "rollout.temperature=1.0", "data.eval_size=32",
+                 "rollout.enforce_eager=true", "algorithm.dynamic_sampling=false", "scheduler.include_dashboard=false",
+                 f"metrics.run_dir={out}", f"metrics.run_name={tag}", "metrics.progress=false",
+                 f"rollout.bitwise_on_policy={str(bitwise).lower()}"]
+    summary = train(load_config("recipes/gsm8k_grpo_1gpu.yaml", overrides))
+    steps_ = [r for r in map(json.loads, (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines())
+              if "step" in r]
+    n_params = _n_params(model_dir)
+    return {"mode": "bitwise" if bitwise else "normal", "steps": len(steps_),
+            "mismatch_max": [s["mismatch_max"] for s in steps_],
+            "mismatch_tokens": [s["mismatch_tokens"] for s in steps_],
+            "rollout_tokens_per_s": sum(s["tokens"] for s in steps_) / sum(s["wait_s"] for s in steps_),
+            "learner_mfu": 6 * n_params * sum(s["tokens"] for s in steps_) / sum(s["train_s"] for s in steps_)
+            / H200_BF16_PEAK, "step_s_median": statistics.median(s["step_s"] for s in steps_)}
+
+
+def _n_params(model_dir: Path) -> int:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return sum(p.numel() for p in model.parameters())
+
+
+def main() -> None:
+    p = benchmark_parser(__doc__)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--skip-engine-check", action="store_true")
+    args = p.parse_args()
+    root = Path(tempfile.mkdtemp())
+    model_dir, data = fixtures(root)
+    check = {} if args.skip_engine_check else engine_check(model_dir)
+    runs = []
+    for i in range(args.repeats):
+        for bitwise in ((False, True) if i % 2 == 0 else (True, False)):
+            runs.append(recipe(model_dir, data, root / "runs", bitwise, args.steps, f"r{i}-{bitwise}"))
+    by_mode = {m: [r for r in runs if r["mode"] == m] for m in ("normal", "bitwise")}
+    cost = {f"{k}_ratio": statistics.median(b[k] for b in by_mode["bitwise"]) /
+            statistics.median(n[k] for n in by_mode["normal"]) for k in ("rollout_tokens_per_s", "learner_mfu")}
+    path = write_result("bitwise", {"engine_check": check, "runs": runs, "cost": cost, "gpu": torch.cuda.get_device_name()},
+                        args.commit)
+    if check:
+        print_table([check], ["alone_vs_batched_max", "sampled_tokens", "learner_bitwise_max", "learner_normal_max",
+                              "grad_cosine"])
+    print_table([{**r, "mismatch_max": max(r["mismatch_max"]), "tokens_min": min(r["mismatch_tokens"])} for r in runs],
+                ["mode", "steps", "mismatch_max", "tokens_min", "rollout_tokens_per_s", "learner_mfu", "step_s_median"])
+    print(cost, "->", path)
+
+
+if __name__ == "__main__":
+    main()
