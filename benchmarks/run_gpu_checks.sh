@@ -9,7 +9,7 @@
 #                                 weight-sync: sync.transport=ipc against a device copy of the same bytes (weight_sync)
 #                                 colocate: recipes/gsm8k_grpo_1gpu.yaml, 5 steps, vLLM and learner taking turns
 #                                 (random weights earn no reward: dynamic sampling would drop every group)
-#                                 bitwise-test: tests/gpu/test_bitwise.py (vLLM batch-invariant, learner log-probs equal)
+#                                 bitwise-test: tests/gpu/test_bitwise_gpu.py (vLLM batch-invariant, learner log-probs equal)
 #                                 bitwise: benchmarks/bitwise.py (that check, then the recipe normal vs bitwise)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
@@ -53,7 +53,7 @@ run_mode() {
   one-gpu) for m in varlen throughput mfu profile; do run_mode "$m"; done ;;
   agent) CUDA_VISIBLE_DEVICES=0 step gpu_agent_check 400 python3 -m benchmarks.gpu_agent_check --commit "$commit" ;;
   weight-sync) CUDA_VISIBLE_DEVICES=0 step weight_sync 420 python3 -m benchmarks.weight_sync --commit "$commit" --transport ipc ;;
-  bitwise-test) CUDA_VISIBLE_DEVICES=0 step test_bitwise 580 python3 -m pytest -q -s -m gpu tests/gpu/test_bitwise.py -rxX ;;
+  bitwise-test) CUDA_VISIBLE_DEVICES=0 step test_bitwise 580 python3 -m pytest -q -s -m gpu tests/gpu/test_bitwise_gpu.py -rxX ;;
   bitwise) CUDA_VISIBLE_DEVICES=0 step bitwise 580 python3 -m benchmarks.bitwise --commit "$commit" ;;
   colocate)
     fixtures

@@ -1,7 +1,7 @@
 """The bitwise on-policy mode's CPU-checkable parts: the paged layout the learner's attention reads, the
 rotary backward, the learner's Qwen2 wiring (vLLM's CUDA kernels stood in for by PyTorch references, since
 they do not run here) against transformers' own forward, and the config's refusals. The equality itself is a
-GPU test (tests/gpu/test_bitwise.py)."""
+GPU test (tests/gpu/test_bitwise_gpu.py)."""
 
 from __future__ import annotations
 
