@@ -91,6 +91,7 @@ def engine_check(model_dir: Path) -> dict:
 
     saved_env = dict(os.environ)  # vLLM's switch and the cuBLAS settings: this check's only, not the recipe runs'
     os.environ["VLLM_BATCH_INVARIANT"] = "1"
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"  # this process has initialised CUDA
     enable_batch_invariant_kernels()
     try:
         return _engine_check(model_dir)
@@ -142,14 +143,14 @@ def _engine_check(model_dir: Path) -> dict:
     return row
 
 
-def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, tag: str) -> dict:
+def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, tag: str, extra: tuple = ()) -> dict:
     from rayrl.trainer import train
 
     overrides = [f"model.path={model_dir}", f"data.path={data}", f"learner.total_steps={steps}",
                  "learner.lr_warmup_steps=0", "rollout.batch_size=16", "rollout.temperature=1.0", "data.eval_size=32",
                  "rollout.enforce_eager=true", "algorithm.dynamic_sampling=false", "scheduler.include_dashboard=false",
                  f"metrics.run_dir={out}", f"metrics.run_name={tag}", "metrics.progress=false",
-                 f"rollout.bitwise_on_policy={str(bitwise).lower()}"]
+                 f"rollout.bitwise_on_policy={str(bitwise).lower()}", *extra]
     summary = train(load_config("recipes/gsm8k_grpo_1gpu.yaml", overrides))
     steps_ = [r for r in map(json.loads, (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines())
               if "step" in r]
