@@ -55,6 +55,7 @@ class FSDPBackend:
             self.optimizer.step()
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.model.reshard()  # the root keeps its gathered bf16 copy after a forward: never past an update
         return norm
 
     def discard_grads(self) -> bool:
@@ -65,6 +66,7 @@ class FSDPBackend:
         """One full tensor at a time, gathered on every rank in the same order (a collective); on one rank
         the local shard is the full tensor (no gather)."""
         whole = dist.get_world_size() == 1
+        self.model.reshard()  # after a forward the root's parameters are its gathered bf16 copies, not the masters
         for name, p in self.model.named_parameters():
             if isinstance(p, DTensor):
                 p = p._local_tensor if whole else p.full_tensor()
