@@ -1,0 +1,178 @@
+"""rayrl against TRL's GRPOTrainer on CPU: the same locally built model and tokenizer, the arithmetic task, group
+size, prompts per step, learning rate, max new tokens, KL setting (none), clip range, loss aggregation and seed.
+
+TRL runs in one process with PyTorch's generate (no vLLM); rayrl runs its recipe with the hf engine and with
+vLLM's CPU engine, asynchronous (η = 1), dynamic sampling off so the algorithms match. Held-out accuracy is
+greedy exact match on the same tasks, measured every --eval-every steps; evaluation time is left out of every
+clock. Reported: held-out accuracy against training wall time (one PNG), the time each reaches TRL's final
+accuracy, samples/s. TRL is a benchmark-only extra (pip install trl), not a dependency of rayrl.
+
+    python -m benchmarks.vs_trl [--steps 150] [--eval-every 10] [--systems trl,rayrl-hf,rayrl-vllm]
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import benchmark_parser, print_table, write_result
+from rayrl.config import Config, load_config
+from rayrl.data import load_tasks
+from rayrl.models.builder import build_model
+from rayrl.models.tokenizer import load_tokenizer
+
+RECIPE = "recipes/arithmetic_grpo.yaml"
+SAME = ["algorithm.dynamic_sampling=false", "algorithm.beta=0.0"]  # what TRL's GRPOTrainer also does
+
+
+def hyperparameters(cfg: Config) -> dict:
+    r, lc, alg = cfg.rollout, cfg.learner, cfg.algorithm
+    low, high = alg.clip_range()
+    return {"prompts_per_step": r.batch_size, "group_size": r.group_size, "max_new_tokens": r.max_new_tokens,
+            "temperature": r.temperature, "lr": lc.lr, "lr_schedule": lc.lr_schedule, "warmup_steps": lc.lr_warmup_steps,
+            "grad_clip": lc.grad_clip, "weight_decay": lc.weight_decay, "beta": alg.beta, "clip": [low, high],
+            "advantages": "group mean and std", "aggregation": alg.aggregation(), "seed": lc.seed}
+
+
+def _correct(text: str, ended: bool, answer: str) -> float:
+    text = text.strip()
+    return float(ended and text.lstrip("-").isdigit() and int(text) == int(answer))
+
+
+def greedy_accuracy(model, tokenizer, tasks, max_new_tokens: int) -> float:
+    """Held-out exact match with greedy decoding (rayrl's evaluation: a clean stop and the right integer)."""
+    prompts = [[tokenizer.bos_token_id, *tokenizer.encode(t.prompt, add_special_tokens=False)] for t in tasks]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)[:, width:]
+    hits = 0.0
+    for row, task in zip(out.tolist(), tasks):
+        ended = tokenizer.eos_token_id in row
+        row = row[: row.index(tokenizer.eos_token_id)] if ended else row
+        hits += _correct(tokenizer.decode(row, skip_special_tokens=True), ended, task.answer)
+    return hits / len(tasks)
+
+
+def run_trl(cfg: Config, model_path: Path, steps: int, eval_every: int) -> dict:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.set_num_threads(2)
+    hp, tokenizer = hyperparameters(cfg), load_tokenizer(str(model_path))
+    train_tasks, eval_tasks = load_tasks(cfg.data)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    rows = [{"prompt": tokenizer.bos_token + t.prompt, "answer": t.answer} for t in train_tasks]
+
+    def exact_match(completions, completion_ids, answer, **_):
+        return [_correct(c, bool(ids) and ids[-1] == tokenizer.eos_token_id, a)
+                for c, ids, a in zip(completions, completion_ids, answer)]
+
+    args = GRPOConfig(output_dir=tempfile.mkdtemp(), max_steps=steps, per_device_train_batch_size=hp["prompts_per_step"]
+                      * hp["group_size"], num_generations=hp["group_size"], max_completion_length=hp["max_new_tokens"],
+                      temperature=hp["temperature"], learning_rate=hp["lr"], lr_scheduler_type="constant",
+                      warmup_steps=hp["warmup_steps"], max_grad_norm=hp["grad_clip"], weight_decay=hp["weight_decay"],
+                      beta=hp["beta"], epsilon=hp["clip"][0], epsilon_high=hp["clip"][1], loss_type="dapo",
+                      scale_rewards="group", seed=hp["seed"], use_cpu=True, bf16=False, report_to=[],
+                      save_strategy="no", logging_steps=steps, disable_tqdm=True)
+    curve, clock = [], {"train": 0.0, "since": 0.0}
+
+    class HeldOut(TrainerCallback):
+        """Accuracy every eval_every steps on the training clock (evaluation paused out of it)."""
+
+        def on_train_begin(self, *_, **__):
+            curve.append((0.0, greedy_accuracy(model, tokenizer, eval_tasks, hp["max_new_tokens"])))
+            clock["since"] = time.perf_counter()
+
+        def on_step_end(self, _args, state, *_, **__):
+            if state.global_step % eval_every == 0 or state.global_step == steps:
+                clock["train"] += time.perf_counter() - clock["since"]
+                curve.append((clock["train"], greedy_accuracy(model, tokenizer, eval_tasks, hp["max_new_tokens"])))
+                clock["since"] = time.perf_counter()
+
+    trainer = GRPOTrainer(model=model, reward_funcs=exact_match, args=args, train_dataset=Dataset.from_list(rows),
+                          processing_class=tokenizer, callbacks=[HeldOut()])
+    trainer.train()
+    samples = steps * hp["prompts_per_step"] * hp["group_size"]
+    return {"system": "trl", "curve": curve, "wall_s": clock["train"], "samples_per_s": samples / clock["train"]}
+
+
+def run_rayrl(backend: str, steps: int, eval_every: int, overrides: list[str]) -> dict:
+    import ray
+
+    from rayrl.trainer import start_ray, train
+
+    cfg = load_config(RECIPE, [*SAME, *overrides, f"model.backend={backend}", f"learner.total_steps={steps}",
+                               f"metrics.eval_every_steps={eval_every}", "metrics.progress=false",
+                               "checkpoint.save_final=false", f"metrics.run_name=vs-trl-{backend}",
+                               "scheduler.include_dashboard=false"])
+    start_ray(cfg, 3)
+    try:
+        s = train(cfg)
+    finally:
+        ray.shutdown()
+    records = [json.loads(line) for line in (Path(s["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    curve = [(0.0, s["eval_accuracy_before"])] + [(r["elapsed_s"], r["eval_accuracy"]) for r in records
+                                                  if "eval_accuracy" in r and "step" in r]
+    curve.append((s["loop_s"], s["eval_accuracy_after"]))
+    return {"system": f"rayrl-{backend}", "curve": curve, "wall_s": s["loop_s"], "samples_per_s": s["samples"] / s["loop_s"]}
+
+
+def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
+    return next((t for t, acc in curve if acc >= target), None)
+
+
+def plot(runs: list[dict], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in runs:
+        ax.plot(*zip(*r["curve"]), marker="o", label=r["system"])
+    ax.set_xlabel("training wall time (s), evaluation excluded")
+    ax.set_ylabel("held-out accuracy (greedy)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out)
+    return out
+
+
+def main() -> None:
+    p = benchmark_parser(__doc__)
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--systems", default="trl,rayrl-hf,rayrl-vllm")
+    p.add_argument("overrides", nargs="*")
+    args = p.parse_args()
+    cfg = load_config(RECIPE, [*SAME, *args.overrides])
+    model_path = build_model(cfg)
+    runs = []
+    for system in args.systems.split(","):
+        if system == "trl":
+            runs.append(run_trl(cfg, model_path, args.steps, args.eval_every))
+        else:
+            runs.append(run_rayrl(system.removeprefix("rayrl-"), args.steps, args.eval_every, args.overrides))
+    trl = next((r for r in runs if r["system"] == "trl"), None)
+    target = trl["curve"][-1][1] if trl else None
+    for r in runs:
+        r["final_accuracy"], r["time_to_target_s"] = r["curve"][-1][1], time_to(r["curve"], target) if trl else None
+        r["vs_trl_time"] = (r["time_to_target_s"] / trl["wall_s"]) if trl and r["time_to_target_s"] is not None else None
+    path = write_result("vs_trl", {"steps": args.steps, "hyperparameters": hyperparameters(cfg), "target": target,
+                                   "runs": runs}, args.commit)
+    png = plot(runs, path.with_suffix(".png"))
+    print(json.dumps(hyperparameters(cfg)))
+    print_table(runs, ["system", "final_accuracy", "wall_s", "samples_per_s", "time_to_target_s", "vs_trl_time"])
+    print(f"target (TRL's final accuracy) {target} -> {path}, {png}")
+
+
+if __name__ == "__main__":
+    main()
