@@ -9,7 +9,7 @@
    the normal mode and in the bitwise mode, same config otherwise, order alternating over --repeats: the
    learner-vs-rollout mismatch of every step, rollout tokens/s and the learner's MFU.
 
-    python -m benchmarks.bitwise [--steps 5] [--repeats 1]
+    python -m benchmarks.bitwise [--steps 5] [--repeats 1] [key=value ...]   (overrides for both recipe runs)
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import benchmark_parser, print_table, write_result
+from benchmarks.gpu_learner_check import mismatch
 from rayrl.config import load_config
 from rayrl.data.gsm8k import write_synthetic_gsm8k
 from rayrl.models.builder import QWEN2_1_5B_SHAPE, load_policy, save_random_qwen2
@@ -42,8 +43,6 @@ def fixtures(root: Path) -> tuple[Path, Path]:
     return model, write_synthetic_gsm8k(root / "gsm8k.jsonl", 512)
 
 
-def _max_gap(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
 def _sampled(outputs) -> list[tuple[list[int], list[float]]]:
@@ -74,7 +73,8 @@ def _learner_logprobs(model, seqs: list[list[int]], temperature: float, grad: bo
 
 
 def _response_gap(logps, prompts, samples) -> float:
-    return max(_max_gap(lp[len(p):].tolist(), got) for lp, p, (_, got) in zip(logps, prompts, samples))
+    learner = [lp[len(p):].tolist() for lp, p in zip(logps, prompts)]
+    return mismatch(learner, [got for _, got in samples])["mismatch_max"]
 
 
 def _grads(model, seqs, prompts) -> torch.Tensor:
@@ -130,7 +130,8 @@ def _engine_check(model_dir: Path) -> dict:
     hf = hf.to("cuda", torch.bfloat16)
     bitwise = BitwiseQwen2(hf, block_size=16)
     row = {"prefill_tokens_first_step": sum(map(len, others)) + len(target), "decode_running": len(others) + 1,
-           "alone_vs_batched_max": _max_gap(alone[1], batched[1]), "alone_vs_batched_same_tokens": alone[0] == batched[0],
+           "alone_vs_batched_max": mismatch([alone[1]], [batched[1]])["mismatch_max"],
+           "alone_vs_batched_same_tokens": alone[0] == batched[0],
            "sampled_tokens": sum(len(t) for t, _ in samples), "prompt_lengths": list(PROMPT_LENGTHS),
            "learner_bitwise_max": _response_gap(_learner_logprobs(bitwise, seqs, 1.0), prompts, samples),
            "learner_normal_max": _response_gap(_learner_logprobs(hf, seqs, 1.0), prompts, samples)}
@@ -176,6 +177,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--skip-engine-check", action="store_true")
+    p.add_argument("overrides", nargs="*")
     args = p.parse_args()
     root = Path(tempfile.mkdtemp())
     model_dir, data = fixtures(root)
@@ -183,7 +185,8 @@ def main() -> None:
     runs = []
     for i in range(args.repeats):
         for bitwise in ((False, True) if i % 2 == 0 else (True, False)):
-            runs.append(recipe(model_dir, data, root / "runs", bitwise, args.steps, f"r{i}-{bitwise}"))
+            runs.append(recipe(model_dir, data, root / "runs", bitwise, args.steps, f"r{i}-{bitwise}",
+                               tuple(args.overrides)))
     by_mode = {m: [r for r in runs if r["mode"] == m] for m in ("normal", "bitwise")}
     cost = {f"{k}_ratio": statistics.median(b[k] for b in by_mode["bitwise"]) /
             statistics.median(n[k] for n in by_mode["normal"]) for k in ("rollout_tokens_per_s", "learner_mfu")}

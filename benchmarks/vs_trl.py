@@ -24,6 +24,8 @@ from rayrl.config import Config, load_config
 from rayrl.data import load_tasks
 from rayrl.models.builder import build_model
 from rayrl.models.tokenizer import load_tokenizer
+from rayrl.rewards.arithmetic import exact_match
+from rayrl.types import Sample, Task
 
 RECIPE = "recipes/arithmetic_grpo.yaml"
 SAME = ["algorithm.dynamic_sampling=false", "algorithm.beta=0.0"]  # what TRL's GRPOTrainer also does
@@ -38,9 +40,10 @@ def hyperparameters(cfg: Config) -> dict:
             "advantages": "group mean and std", "aggregation": alg.aggregation(), "seed": lc.seed}
 
 
-def _correct(text: str, ended: bool, answer: str) -> float:
-    text = text.strip()
-    return float(ended and text.lstrip("-").isdigit() and int(text) == int(answer))
+def _correct(text: str, ended: bool, task: Task) -> float:
+    """The recipe's own reward (rayrl.rewards.arithmetic.exact_match) on a completion's text."""
+    sample = Sample("", [], [], [], [], "stop" if ended else "length", text=text)
+    return exact_match(sample, task).reward
 
 
 def greedy_accuracy(model, tokenizer, tasks, max_new_tokens: int) -> float:
@@ -56,7 +59,7 @@ def greedy_accuracy(model, tokenizer, tasks, max_new_tokens: int) -> float:
     for row, task in zip(out.tolist(), tasks):
         ended = tokenizer.eos_token_id in row
         row = row[: row.index(tokenizer.eos_token_id)] if ended else row
-        hits += _correct(tokenizer.decode(row, skip_special_tokens=True), ended, task.answer)
+        hits += _correct(tokenizer.decode(row, skip_special_tokens=True), ended, task)
     return hits / len(tasks)
 
 
@@ -69,11 +72,12 @@ def run_trl(cfg: Config, model_path: Path, steps: int, eval_every: int) -> dict:
     hp, tokenizer = hyperparameters(cfg), load_tokenizer(str(model_path))
     train_tasks, eval_tasks = load_tasks(cfg.data)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    rows = [{"prompt": tokenizer.bos_token + t.prompt, "answer": t.answer} for t in train_tasks]
+    rows = [{"prompt": tokenizer.bos_token + t.prompt, "task": t.id} for t in train_tasks]
+    by_id = {t.id: t for t in train_tasks}
 
-    def exact_match(completions, completion_ids, answer, **_):
-        return [_correct(c, bool(ids) and ids[-1] == tokenizer.eos_token_id, a)
-                for c, ids, a in zip(completions, completion_ids, answer)]
+    def reward(completions, completion_ids, task, **_):
+        return [_correct(c, bool(ids) and ids[-1] == tokenizer.eos_token_id, by_id[t])
+                for c, ids, t in zip(completions, completion_ids, task)]
 
     args = GRPOConfig(output_dir=tempfile.mkdtemp(), max_steps=steps, per_device_train_batch_size=hp["prompts_per_step"]
                       * hp["group_size"], num_generations=hp["group_size"], max_completion_length=hp["max_new_tokens"],
@@ -97,7 +101,7 @@ def run_trl(cfg: Config, model_path: Path, steps: int, eval_every: int) -> dict:
                 curve.append((clock["train"], greedy_accuracy(model, tokenizer, eval_tasks, hp["max_new_tokens"])))
                 clock["since"] = time.perf_counter()
 
-    trainer = GRPOTrainer(model=model, reward_funcs=exact_match, args=args, train_dataset=Dataset.from_list(rows),
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, callbacks=[HeldOut()])
     trainer.train()
     samples = steps * hp["prompts_per_step"] * hp["group_size"]
