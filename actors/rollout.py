@@ -50,7 +50,8 @@ class RolloutWorker:
         max_context = r.max_model_len or self.engine.max_context or 1 << 30
         common = dict(template=template, max_context=max_context, gateway=gateway, gateway_url=gateway_url, worker=index)
         self.train_engine = EpisodeEngine(self.generate, self._score,
-                                          sampling=Sampling(r.group_size, r.temperature, r.max_new_tokens, r.seed), **common)
+                                          sampling=Sampling(r.group_size, r.temperature, r.max_new_tokens, r.seed,
+                                                            r.ignore_eos), **common)
         self.eval_common = common
         self.stopped, self.joined = False, False
         self.episodes: set[asyncio.Task] = set()  # episodes running now (generation, reward, hand-over)

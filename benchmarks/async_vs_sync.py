@@ -1,54 +1,172 @@
-"""Same config, η = 0 (synchronous) and η = 2 (asynchronous), one Ray cluster, side by side.
+"""Asynchronous against synchronous RL on one config: η = 0 (synchronous) and each η > 0, repeated with the
+order of the η values alternating (0,1,2,4 then 4,2,1,0, ...); medians and spreads over the repeats.
 
-    python benchmarks/async_vs_sync.py [--steps 60] [key=value ...]
+    python -m benchmarks.async_vs_sync [--etas 0,1,2,4] [--repeats 3] [--steps 40] [--gpus 0|1|2] [key=value ...]
 
-Prints, per step: engine generation time, the driver's wait for a batch (generation + reward + actor
-hops), training + weight sync, step time, control time (step - generation - training + sync: actor
-round trips, rewards, feeding prompts), the measured speedup, and the ideal (gen + train) / max(gen,
-train) that perfect overlap would give, taken from the synchronous run's wait and train+sync times.
-Writes JSON to benchmarks/results/.
+--gpus 0: the config as given (recipes/arithmetic_grpo.yaml: hf engine, torch learner, on CPU).
+--gpus 1 or 2: a Qwen2-0.5B-shaped model with random weights, vLLM rollout (eager), FSDP2 learner in bf16,
+fixed-length generations (rollout.ignore_eos). One GPU: both sides share it at once (placement.mode=share,
+memory split by rollout.gpu_memory_utilization and learner.gpu_memory_fraction, weights over CUDA IPC);
+two GPUs: one each (placement.mode=split, NCCL).
+Per run, over the steps after --warmup: step time, the driver's wait for a batch (generation, rewards, hops),
+training + weight sync, each role's busy share of the step, and each GPU's busy fraction (NVML). Per repeat:
+speedup = step time at η = 0 / step time at η, and the ideal (wait + train) / max(wait, train) of that
+repeat's η = 0 run, which assumes the two sides never slow each other. One table, JSON and PNG.
 """
 
 from __future__ import annotations
 
+import json
+import statistics
+import tempfile
+from pathlib import Path
 
 import ray
 
 from benchmarks.common import benchmark_parser, print_table, write_result
+from benchmarks.gpu_busy import GpuBusySampler
 from rayrl.config import load_config
+from rayrl.models.builder import QWEN2_0_5B_SHAPE, save_random_qwen2
+from rayrl.models.tokenizer import TEXT_CHARS
 from rayrl.trainer import start_ray, train
+
+CPU_CONFIG = "recipes/arithmetic_grpo.yaml"
+
+
+def gpu_overrides(gpus: int, model: Path) -> list[str]:
+    """The GPU setting: generation and training of comparable length, nothing that learns (random weights)."""
+    common = [f"cluster.n_gpus_per_node={gpus}", "model.backend=vllm", f"model.path={model}", "rollout.dtype=bfloat16",
+              "rollout.enforce_eager=true", "rollout.max_model_len=512", "rollout.ignore_eos=true",
+              "rollout.max_new_tokens=128", "rollout.batch_size=32", "rollout.group_size=8", "rollout.temperature=1.0",
+              "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.lr=1e-6", "algorithm.beta=0",
+              "algorithm.dynamic_sampling=false", "data.eval_size=16", "sync.dtype=bfloat16"]
+    if gpus == 1:
+        return common + ["placement.mode=share", "sync.transport=ipc", "rollout.gpu_memory_utilization=0.3",
+                         "learner.gpu_memory_fraction=0.6"]
+    return common + ["placement.mode=split", "sync.transport=nccl", "rollout.gpu_memory_utilization=0.85"]
+
+
+def run_once(config: str | None, overrides: list[str], eta: int, steps: int, warmup: int, name: str,
+             sampler: GpuBusySampler) -> dict:
+    cfg = load_config(config, [*overrides, f"learner.total_steps={steps}", f"rollout.max_staleness={eta}",
+                               "metrics.progress=false", "metrics.eval_every_steps=0", "checkpoint.save_final=false",
+                               f"metrics.run_name={name}", "scheduler.include_dashboard=false"])
+    start_ray(cfg, 3)
+    s = train(cfg)
+    recs = [r for r in map(json.loads, (Path(s["run_dir"]) / "metrics.jsonl").read_text().splitlines()) if "step" in r]
+    kept = recs[warmup:]
+    med = lambda key: statistics.median(key(r) for r in kept)  # noqa: E731
+    wait, trn, step = med(lambda r: r["wait_s"]), med(lambda r: r["train_s"] + r["sync_s"]), med(lambda r: r["step_s"])
+    busy = sampler.busy(kept[0]["time"] - kept[0]["step_s"], kept[-1]["time"])
+    return {"eta": eta, "step_s": step, "wait_s": wait, "train_sync_s": trn,
+            "gen_busy": s["generation_s_per_step"] / s["step_s_mean"], "train_busy": med(
+                lambda r: (r["train_s"] + r["sync_s"]) / r["step_s"]), "gpu_busy": busy,
+            "samples_per_s": statistics.median(r["samples"] / r["step_s"] for r in kept),
+            "staleness_mean": statistics.fmean(r["staleness_mean"] for r in kept),
+            "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"]}
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize(runs: list[dict], etas: list[int]) -> list[dict]:
+    """Per η: medians and [min, max] over repeats; speedup and its share of the ideal, repeat by repeat."""
+    by_repeat: dict[int, dict[int, dict]] = {}
+    for r in runs:
+        by_repeat.setdefault(r["repeat"], {})[r["eta"]] = r
+    rows = []
+    for eta in etas:
+        mine = [rep[eta] for rep in by_repeat.values()]
+        speed = [rep[0]["step_s"] / rep[eta]["step_s"] for rep in by_repeat.values()]
+        ideal = [(rep[0]["wait_s"] + rep[0]["train_sync_s"]) / max(rep[0]["wait_s"], rep[0]["train_sync_s"])
+                 for rep in by_repeat.values()]
+        gpu = [r["gpu_busy"] for r in mine if r["gpu_busy"]]
+        rows.append({"eta": eta, "repeats": len(mine), "step_s": spread([r["step_s"] for r in mine]),
+                     "wait_s": spread([r["wait_s"] for r in mine]), "train_sync_s": spread([r["train_sync_s"] for r in mine]),
+                     "speedup": spread(speed), "ideal_speedup": spread(ideal),
+                     "of_ideal": spread([s / i for s, i in zip(speed, ideal)]),
+                     "gen_busy": spread([r["gen_busy"] for r in mine]), "train_busy": spread([r["train_busy"] for r in mine]),
+                     "gpu_busy": [statistics.median(g[i] for g in gpu) for i in range(len(gpu[0]))] if gpu else None,
+                     "samples_per_s": spread([r["samples_per_s"] for r in mine]),
+                     "eval_after": spread([r["eval_after"] for r in mine])})
+    return rows
+
+
+def table_row(row: dict) -> dict:
+    show = lambda s: f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]"  # noqa: E731
+    out = {"eta": row["eta"], **{k: show(row[k]) for k in ("step_s", "wait_s", "train_sync_s", "speedup", "of_ideal")},
+           "ideal": f"{row['ideal_speedup']['median']:.3f}", "gen_busy": f"{row['gen_busy']['median']:.2f}",
+           "train_busy": f"{row['train_busy']['median']:.2f}", "samples/s": f"{row['samples_per_s']['median']:.0f}"}
+    out["gpu_busy"] = ",".join(f"{b:.2f}" for b in row["gpu_busy"]) if row["gpu_busy"] else "-"
+    return out
+
+
+def plot(rows: list[dict], runs: list[dict], title: str, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    etas = [r["eta"] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
+    a.bar([str(e) for e in etas], [r["step_s"]["median"] for r in rows], color="#8cb4d8")
+    for i, e in enumerate(etas):
+        a.scatter([i] * sum(r["eta"] == e for r in runs), [r["step_s"] for r in runs if r["eta"] == e], color="k", s=10)
+    a.set_xlabel("η (max staleness)")
+    a.set_ylabel("step time (s): median, each repeat")
+    sp = [r["speedup"] for r in rows]
+    b.errorbar([str(e) for e in etas], [s["median"] for s in sp], yerr=[[s["median"] - s["min"] for s in sp],
+               [s["max"] - s["median"] for s in sp]], marker="o", capsize=3, label="measured")
+    b.axhline(rows[0]["ideal_speedup"]["median"], ls="--", color="gray", label="ideal (η = 0 run)")
+    b.set_xlabel("η")
+    b.set_ylabel("speedup over η = 0")
+    b.legend()
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out)
+    return out
 
 
 def main() -> None:
     parser = benchmark_parser(__doc__)
-    parser.add_argument("--config", default="recipes/arithmetic_grpo.yaml")
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--config", default=None, help=f"default: {CPU_CONFIG} with --gpus 0, none with GPUs")
+    parser.add_argument("--gpus", type=int, default=0, choices=[0, 1, 2])
+    parser.add_argument("--etas", default="0,1,2,4")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=3, help="first steps left out of every figure")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    rows = []
-    for eta in (0, 2):
-        cfg = load_config(args.config, [*args.overrides, f"learner.total_steps={args.steps}",
-                                        f"rollout.max_staleness={eta}", "metrics.progress=false",
-                                        "checkpoint.save_final=false", f"metrics.run_name=bench-eta{eta}",
-                                        "scheduler.include_dashboard=false"])
-        start_ray(cfg, 3)
-        s = train(cfg)
-        # rollout side as the driver sees it: waiting for a batch (engine time + reward + actor hops)
-        wait, trn = s["wait_s_per_step"], s["train_s_per_step"] + s["sync_s_per_step"]
-        rows.append({"eta": eta, "engine_gen_s": s["generation_s_per_step"], "wait_s": wait, "train_sync_s": trn,
-                     "step_s": s["step_s_mean"], "control_s": s["step_s_mean"] - s["generation_s_per_step"] - trn,
-                     "ideal_speedup": (wait + trn) / max(wait, trn),
-                     "samples_per_s": s["samples"] / s["loop_s"],
-                     "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"]})
+    etas = [int(e) for e in args.etas.split(",")]
+    if etas[0] != 0 or args.warmup >= args.steps:
+        parser.error("--etas must start with 0 (the synchronous baseline) and --warmup must be below --steps")
+    config, overrides = args.config, list(args.overrides)
+    if args.gpus:
+        model = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-0.5b", chars=TEXT_CHARS, **QWEN2_0_5B_SHAPE)
+        overrides = gpu_overrides(args.gpus, model) + overrides
+    else:
+        config = config or CPU_CONFIG
+    runs = []
+    with GpuBusySampler() as sampler:
+        for rep in range(args.repeats):
+            for eta in (etas if rep % 2 == 0 else etas[::-1]):
+                run = run_once(config, overrides, eta, args.steps, args.warmup, f"async-vs-sync-{rep}-eta{eta}", sampler)
+                runs.append({"repeat": rep, **run})
+                print(f"repeat {rep} η={eta}: step {run['step_s']:.3f} s", flush=True)
     ray.shutdown()
-    for r in rows:
-        r["speedup"] = rows[0]["step_s"] / r["step_s"]
-    print_table(rows, ["eta", "engine_gen_s", "wait_s", "train_sync_s", "step_s", "control_s", "speedup", "ideal_speedup", "samples_per_s",
-                       "eval_before", "eval_after"])
-    sync, asyn = rows
-    path = write_result("async_vs_sync", {"steps": args.steps, "overrides": args.overrides, "runs": rows,
-                                          "speedup": asyn["speedup"], "ideal_speedup": sync["ideal_speedup"]}, args.commit)
-    print(f"measured speedup {asyn['speedup']:.2f}x of ideal {sync['ideal_speedup']:.2f}x -> {path}")
+    rows = summarize(runs, etas)
+    setting = {0: "CPU, both sides on its cores", 1: "one GPU shared by vLLM and the learner at once (memory split "
+               "by config)", 2: "two GPUs, one per side"}[args.gpus]
+    print_table([table_row(r) for r in rows], ["eta", "step_s", "wait_s", "train_sync_s", "speedup", "ideal", "of_ideal",
+                                               "gen_busy", "train_busy", "gpu_busy", "samples/s"])
+    path = write_result("async_vs_sync", {"setting": setting, "gpus": args.gpus, "config": config, "overrides": overrides,
+                                          "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
+                                          "rows": rows, "runs": runs}, args.commit)
+    png = plot(rows, runs, f"{setting}; {args.repeats} repeats, {args.steps - args.warmup} steps each", path.with_suffix(".png"))
+    best = max(rows[1:], key=lambda r: r["speedup"]["median"]) if len(rows) > 1 else rows[0]
+    print(f"{setting}: best η={best['eta']} speedup {best['speedup']['median']:.2f}x, "
+          f"{best['of_ideal']['median']:.2f} of the ideal {best['ideal_speedup']['median']:.2f}x -> {path}, {png}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ split:    one bundle per rollout worker (tensor_parallel_size bundles for a vLLM
           and per learner rank, plus one service bundle.
 colocate: rollout worker i and learner rank i share bundle i (each takes half of it, and on a GPU they
           take turns: the trainer puts the rollout engine to sleep while the learner trains).
+share:    the same bundles as colocate, but both run at once (asynchronous RL on one device).
 The service bundle holds the reward actors, buffer and broadcaster. With algorithm.type=ppo, critic rank
 i shares learner rank i's bundle: each takes half of the learner's share.
 A vLLM worker with TP > 1 holds no GPU itself: vLLM's Ray executor places its TP workers on the
@@ -49,10 +50,10 @@ class PlacementPlan:
                 self.gpus["rollout"] = 0.0
         else:
             if self.tp > 1:
-                raise ValueError("placement.mode=colocate supports rollout.tensor_parallel_size=1 only; "
+                raise ValueError(f"placement.mode={p.mode} supports rollout.tensor_parallel_size=1 only; "
                                  "use placement.mode=split")
             if r.num_workers != l.num_workers or learner_only or rollout_only:
-                raise ValueError(f"placement.mode=colocate needs rollout.num_workers == learner.num_workers, "
+                raise ValueError(f"placement.mode={p.mode} needs rollout.num_workers == learner.num_workers, "
                                  f"got {r.num_workers} and {l.num_workers}")
             self.bundles = [_bundle(r.cpus_per_worker + l.cpus_per_worker, gpu)] * r.num_workers
             self.slots["rollout"] = self.slots["learner"] = list(range(r.num_workers))

@@ -105,6 +105,8 @@ class RolloutConfig(_Section):
     # (README, "Bitwise on-policy"); kv_block_size: vLLM's KV page, which the learner's attention reads alike
     bitwise_on_policy: bool = False
     kv_block_size: int = Field(16, ge=16)
+    # training samples run to exactly max_new_tokens (benchmarks: fixed-length generations); evaluation still stops
+    ignore_eos: bool = False
 
 
 class RewardConfig(_Section):
@@ -269,7 +271,7 @@ class AlgorithmConfig(_Section):
 
 class SyncConfig(_Section):
     # gloo: CPU; nccl: GPU, vLLM's native engine (model.backend=vllm); ipc: learner and rollout engine on the
-    # same GPU (placement.mode=colocate), CUDA IPC handles of packed buckets, written straight into the engine
+    # same GPU (placement.mode=colocate or share), CUDA IPC handles of packed buckets, written straight into the engine
     transport: Literal["gloo", "nccl", "ipc"] = "gloo"
     # the dtype weights travel in; learner: the learner's own (fp32 master weights); bfloat16 halves the bytes
     # a bf16 rollout engine would round them to anyway
@@ -280,8 +282,10 @@ class SyncConfig(_Section):
 
 class PlacementConfig(_Section):
     # colocate: rollout worker i and learner rank i share a device and take turns (synchronous, η = 0): the
-    # rollout engine sleeps while the learner trains, wakes for the weight sync, then generates
-    mode: Literal["split", "colocate"] = "split"
+    # rollout engine sleeps while the learner trains, wakes for the weight sync, then generates.
+    # share: they share a device and run at once (any η); memory is split by rollout.gpu_memory_utilization
+    # and learner.gpu_memory_fraction, compute by the device's own scheduling
+    mode: Literal["split", "colocate", "share"] = "split"
     # colocate: what the sleeping engine lets go of. 1: weights to host memory, KV cache freed;
     # 2: weights and KV cache freed (the sync rewrites every weight anyway)
     sleep_level: Literal[1, 2] = 2
@@ -376,9 +380,18 @@ class Config(_Section):
             raise ValueError(f"placement.mode=colocate takes turns on each device (the rollout engine sleeps while "
                              f"the learner trains), so generation never overlaps training: set rollout.max_staleness=0 "
                              f"(got {self.rollout.max_staleness}), or placement.mode=split for asynchronous RL")
-        if self.sync.transport == "ipc" and not (gpus and self.placement.mode == "colocate"):
+        if self.sync.transport == "ipc" and not (gpus and self.placement.mode in ("colocate", "share")):
             raise ValueError("sync.transport=ipc hands weights over inside one GPU: it needs GPUs "
-                             "(cluster.n_gpus_per_node > 0) and placement.mode=colocate; otherwise use nccl or gloo")
+                             "(cluster.n_gpus_per_node > 0) and placement.mode=colocate or share; otherwise use nccl "
+                             "or gloo")
+        if self.placement.mode == "share" and gpus and self.model.backend == "vllm" and self.sync.transport == "nccl":
+            raise ValueError("placement.mode=share puts the learner and the rollout engine on one GPU, where NCCL "
+                             "cannot form a group (one device, two ranks): set sync.transport=ipc")
+        share_gpu = self.rollout.gpu_memory_utilization + (self.learner.gpu_memory_fraction or 1.0)
+        if self.placement.mode == "share" and gpus and share_gpu > 1.0:
+            raise ValueError(f"placement.mode=share splits each GPU's memory: rollout.gpu_memory_utilization "
+                             f"({self.rollout.gpu_memory_utilization}) + learner.gpu_memory_fraction "
+                             f"({self.learner.gpu_memory_fraction}; unset counts as 1) must be at most 1 (got {share_gpu:.2f})")
         if self.sync.transport == "ipc" and self.rollout.num_workers > 1:
             raise ValueError(f"sync.transport=ipc hands learner rank 0's weights to the rollout engine on its own GPU "
                              f"only: it needs rollout.num_workers=1 (got {self.rollout.num_workers}); with more GPUs "

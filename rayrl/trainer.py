@@ -110,7 +110,7 @@ class Trainer:
         if self.gateway:
             ray.get(self.gateway.set_workers.remote(self.rollouts))
         self.colocated = cfg.placement.mode == "colocate"
-        if self.colocated and cfg.cluster.n_gpus_per_node > 0:  # vLLM sizes its pools before the learner takes memory
+        if cfg.placement.mode != "split" and cfg.cluster.n_gpus_per_node > 0:  # vLLM sizes its pools first
             wait_all([w.health.remote() for w in self.rollouts], [f"rollout-{i}" for i in range(len(self.rollouts))],
                      "starting the rollout engines", cfg.rollout.restart_timeout_s)
         self.learners = LearnerGroup(cfg, self.model_path, self.placement, namespace=self.namespace)

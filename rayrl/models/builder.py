@@ -105,6 +105,8 @@ def load_policy(path: str | os.PathLike, attn_implementation: str = "eager", log
     return model, tokenizer
 
 
+QWEN2_0_5B_SHAPE = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                        num_key_value_heads=2, head_dim=64, vocab_size=151936)
 QWEN2_1_5B_SHAPE = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                         num_key_value_heads=2, head_dim=128, vocab_size=151936)
 

@@ -28,13 +28,14 @@ class Sampling:
     temperature: float
     max_new_tokens: int
     seed: int  # rollout.seed; request_seed(seed, key) gives each request its own stream
+    ignore_eos: bool = False  # rollout.ignore_eos for training samples: exactly max_new_tokens each
 
     def request(self, key: str, prompt_ids: list[int], n: int | None = None,
                 max_new_tokens: int | None = None) -> GenerationRequest:
         """A request seeded by key (task id, plus sample and turn for multi-turn episodes)."""
         return GenerationRequest(key, prompt_ids, self.n if n is None else n,
                                  max_new_tokens or self.max_new_tokens, self.temperature,
-                                 seed=request_seed(self.seed, key))
+                                 ignore_eos=self.ignore_eos, seed=request_seed(self.seed, key))
 
 
 @dataclass

@@ -26,3 +26,20 @@ def test_colocated_phases_hand_over_exact_weights(ray_cluster, make_cfg):
         assert {"mem_generate_gb", "mem_train_gb", "mem_sync_gb"} <= set(s)
     assert summary["groups"]["trained"] == 3 * cfg.rollout.batch_size
     assert summary["eval_accuracy_after"] >= 0.0
+
+
+def test_shared_device_runs_asynchronously_with_fixed_lengths(ray_cluster, make_cfg):
+    """placement.mode=share: one bundle for both roles, no sleeping, η = 1 admitted; rollout.ignore_eos makes
+    every training sample exactly max_new_tokens long, while evaluation still stops at EOS."""
+    cfg = make_cfg("placement.mode=share", "rollout.max_staleness=1", "rollout.ignore_eos=true",
+                   "learner.total_steps=3", "metrics.run_name=shared")
+    summary = train(cfg)
+    steps = [r for r in map(json.loads, (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines())
+             if "step" in r]
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    for s in steps:
+        assert s["tokens"] == s["samples"] * cfg.rollout.max_new_tokens, s
+        assert s["staleness_max"] <= 1 and "sleep_s" not in s
+    assert summary["groups"]["trained"] == 3 * cfg.rollout.batch_size
+    # a run-to-length completion never scores (exact_match needs a clean stop): evaluation stopped at EOS
+    assert summary["eval_accuracy_before"] > 0.0

@@ -33,3 +33,16 @@ def test_rollout_only_plan_has_no_learner_bundles():
     assert plan.slots["rollout"] == [0] and plan.slots["learner"] == []
     with pytest.raises(ValueError, match="colocate"):
         PlacementPlan(load_config(None, ["placement.mode=colocate"]), rollout_only=True)
+
+
+def test_shared_plan_puts_both_roles_in_one_bundle():
+    """share: rollout worker i and learner rank i in bundle i, half of its GPU each, as colocate lays them out."""
+    cfg = load_config(None, ["placement.mode=share", "cluster.n_gpus_per_node=1", "model.backend=vllm",
+                             "learner.backend=fsdp", "sync.transport=ipc", "rollout.gpu_memory_utilization=0.4",
+                             "learner.gpu_memory_fraction=0.5", "rollout.max_staleness=1"])
+    plan = PlacementPlan(cfg)
+    assert [b.get("GPU", 0) for b in plan.bundles] == [1.0, 0]
+    assert plan.slots["rollout"] == plan.slots["learner"] == [0]
+    assert plan.gpus["rollout"] == plan.gpus["learner"] == 0.5
+    with pytest.raises(ValueError, match="placement.mode=share needs rollout.num_workers == learner.num_workers"):
+        PlacementPlan(cfg, rollout_only=True)

@@ -100,3 +100,20 @@ def test_colocated_config_rules():
     assert cfg.placement.sleep_level == 2
     recipe = load_config("recipes/gsm8k_grpo_1gpu.yaml")
     assert (recipe.placement.mode, recipe.sync.transport, recipe.rollout.max_staleness) == ("colocate", "ipc", 0)
+
+
+def test_shared_gpu_config_rules():
+    """placement.mode=share: both sides on one GPU at once, any η; ipc, never nccl; memory shares that fit."""
+    shared = ["placement.mode=share", "cluster.n_gpus_per_node=1", "model.backend=vllm", "learner.backend=fsdp",
+              "rollout.max_staleness=2"]
+    with pytest.raises(ConfigError, match="sync.transport=ipc"):
+        load_config(None, shared + ["sync.transport=nccl", "learner.gpu_memory_fraction=0.4",
+                                    "rollout.gpu_memory_utilization=0.4"])
+    with pytest.raises(ConfigError, match=r"gpu_memory_fraction \(None; unset counts as 1\)"):
+        load_config(None, shared + ["sync.transport=ipc", "rollout.gpu_memory_utilization=0.4"])
+    with pytest.raises(ConfigError, match=r"must be at most 1 \(got 1.10\)"):
+        load_config(None, shared + ["sync.transport=ipc", "rollout.gpu_memory_utilization=0.5",
+                                    "learner.gpu_memory_fraction=0.6"])
+    cfg = load_config(None, shared + ["sync.transport=ipc", "rollout.gpu_memory_utilization=0.4",
+                                      "learner.gpu_memory_fraction=0.55"])
+    assert (cfg.placement.mode, cfg.rollout.max_staleness) == ("share", 2)

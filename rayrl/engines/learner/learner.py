@@ -90,7 +90,7 @@ class Learner:
         self.hf_config = model.config
         ref = policy()[0].eval().requires_grad_(False) if cfg.algorithm.beta > 0 else None
         backend_cls = resolve(LEARNER_BACKENDS, lc.backend, "learner.backend")
-        if self.device.type == "cuda" and lc.gpu_memory_fraction is not None:  # colocated: the rest is the engine's
+        if self.device.type == "cuda" and lc.gpu_memory_fraction is not None:  # colocate, share: the rest is the engine's
             torch.cuda.set_per_process_memory_fraction(lc.gpu_memory_fraction)
         self.backend: LearnerBackend = backend_cls(cfg, model, ref, self.device)
         self.offloaded = False  # optimizer state in host memory (learner.offload_optimizer), until the next step

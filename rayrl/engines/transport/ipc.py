@@ -53,7 +53,7 @@ def open_shared(shared: SharedBuffer) -> torch.Tensor:
     local = [i for i in range(torch.cuda.device_count()) if gpu_uuid(i) == shared.gpu_uuid]
     if not local:
         raise RuntimeError(f"sync.transport=ipc: the learner's GPU {shared.gpu_uuid} is not visible to this rollout "
-                           "engine; ipc needs both on one GPU (placement.mode=colocate)")
+                           "engine; ipc needs both on one GPU (placement.mode=colocate or share)")
     s = shared
     return rebuild_cuda_tensor(torch.Tensor, torch.Size([s.numel]), (1,), s.offset, torch.storage.TypedStorage,
                                torch.uint8, local[0], s.handle, s.storage_bytes, s.storage_offset, False,
