@@ -2,6 +2,8 @@
 order of the η values alternating (0,1,2,4 then 4,2,1,0, ...); medians and spreads over the repeats.
 
     python -m benchmarks.async_vs_sync [--etas 0,1,2,4] [--repeats 3] [--steps 40] [--gpus 0|1|2] [key=value ...]
+    python -m benchmarks.async_vs_sync --merge A.json B.json   # repeats run as separate commands (time limits):
+                                                               # the second with --reverse-first
 
 --gpus 0: the config as given (recipes/arithmetic_grpo.yaml: hf engine, torch learner, on CPU).
 --gpus 1 or 2: a Qwen2-0.5B-shaped model with random weights, vLLM rollout (eager), FSDP2 learner in bf16,
@@ -98,12 +100,18 @@ def table_row(row: dict) -> dict:
     out = {"eta": row["eta"], **{k: show(row[k]) for k in ("step_s", "wait_s", "train_sync_s", "speedup", "of_ideal")},
            "ideal": f"{row['ideal_speedup']['median']:.3f}", "gen_busy": f"{row['gen_busy']['median']:.2f}",
            "train_busy": f"{row['train_busy']['median']:.2f}", "samples/s": f"{row['samples_per_s']['median']:.0f}"}
+    if row["eta"] == 0:  # the baseline itself
+        out["speedup"] = out["of_ideal"] = "-"
     out["gpu_busy"] = ",".join(f"{b:.2f}" for b in row["gpu_busy"]) if row["gpu_busy"] else "-"
     return out
 
 
-def plot(rows: list[dict], runs: list[dict], title: str, out: Path) -> Path:
-    import matplotlib
+def plot(rows: list[dict], runs: list[dict], title: str, out: Path) -> Path | None:
+    try:
+        import matplotlib
+    except ImportError:  # a GPU host without the bench extra: --merge the JSON where it is installed
+        print("matplotlib missing: no PNG (pip install rayrl[bench])")
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -136,8 +144,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=3, help="first steps left out of every figure")
+    parser.add_argument("--reverse-first", action="store_true", help="the first repeat runs the η values backwards")
+    parser.add_argument("--merge", nargs="+", help="result JSONs of earlier invocations: their runs as repeats")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    if args.merge:
+        return merge(args)
     etas = [int(e) for e in args.etas.split(",")]
     if etas[0] != 0 or args.warmup >= args.steps:
         parser.error("--etas must start with 0 (the synchronous baseline) and --warmup must be below --steps")
@@ -150,20 +162,39 @@ def main() -> None:
     runs = []
     with GpuBusySampler() as sampler:
         for rep in range(args.repeats):
-            for eta in (etas if rep % 2 == 0 else etas[::-1]):
+            for eta in (etas if (rep + args.reverse_first) % 2 == 0 else etas[::-1]):
                 run = run_once(config, overrides, eta, args.steps, args.warmup, f"async-vs-sync-{rep}-eta{eta}", sampler)
                 runs.append({"repeat": rep, **run})
                 print(f"repeat {rep} η={eta}: step {run['step_s']:.3f} s", flush=True)
     ray.shutdown()
+    report(etas, runs, {"gpus": args.gpus, "config": config, "overrides": overrides, "steps": args.steps,
+                        "warmup": args.warmup, "repeats": args.repeats}, args.commit)
+
+
+def merge(args) -> None:
+    """The runs of several result files, as repeats of one benchmark (same settings, η values and steps)."""
+    parts = [json.loads(Path(f).read_text()) for f in args.merge]
+    keys = ("gpus", "config", "overrides", "steps", "warmup")
+    if any(tuple(p[k] for k in keys) != tuple(parts[0][k] for k in keys) for p in parts):
+        raise SystemExit(f"--merge: the files differ in {keys}; only runs of one setting can be merged")
+    runs, offset = [], 0
+    for p in parts:
+        runs += [{**r, "repeat": r["repeat"] + offset} for r in p["runs"]]
+        offset += p["repeats"]
+    etas = [r["eta"] for r in parts[0]["rows"]]
+    report(etas, runs, {**{k: parts[0][k] for k in keys}, "repeats": offset, "merged": [p["commit"] for p in parts]},
+           args.commit or parts[0]["commit"])
+
+
+def report(etas: list[int], runs: list[dict], settings: dict, commit: str | None) -> None:
     rows = summarize(runs, etas)
     setting = {0: "CPU, both sides on its cores", 1: "one GPU shared by vLLM and the learner at once (memory split "
-               "by config)", 2: "two GPUs, one per side"}[args.gpus]
+               "by config)", 2: "two GPUs, one per side"}[settings["gpus"]]
     print_table([table_row(r) for r in rows], ["eta", "step_s", "wait_s", "train_sync_s", "speedup", "ideal", "of_ideal",
                                                "gen_busy", "train_busy", "gpu_busy", "samples/s"])
-    path = write_result("async_vs_sync", {"setting": setting, "gpus": args.gpus, "config": config, "overrides": overrides,
-                                          "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
-                                          "rows": rows, "runs": runs}, args.commit)
-    png = plot(rows, runs, f"{setting}; {args.repeats} repeats, {args.steps - args.warmup} steps each", path.with_suffix(".png"))
+    path = write_result("async_vs_sync", {"setting": setting, **settings, "rows": rows, "runs": runs}, commit)
+    png = plot(rows, runs, f"{setting}; {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each",
+               path.with_suffix(".png"))
     best = max(rows[1:], key=lambda r: r["speedup"]["median"]) if len(rows) > 1 else rows[0]
     print(f"{setting}: best η={best['eta']} speedup {best['speedup']['median']:.2f}x, "
           f"{best['of_ideal']['median']:.2f} of the ideal {best['ideal_speedup']['median']:.2f}x -> {path}, {png}")
