@@ -159,16 +159,19 @@ def main() -> None:
         overrides = gpu_overrides(args.gpus, model) + overrides
     else:
         config = config or CPU_CONFIG
-    runs = []
+    runs, settings = [], {"gpus": args.gpus, "config": config, "overrides": overrides, "steps": args.steps,
+                          "warmup": args.warmup, "repeats": args.repeats}
+    partial = None  # the runs so far, rewritten after each: a time limit cuts the benchmark, not its data
     with GpuBusySampler() as sampler:
         for rep in range(args.repeats):
             for eta in (etas if (rep + args.reverse_first) % 2 == 0 else etas[::-1]):
                 run = run_once(config, overrides, eta, args.steps, args.warmup, f"async-vs-sync-{rep}-eta{eta}", sampler)
                 runs.append({"repeat": rep, **run})
                 print(f"repeat {rep} η={eta}: step {run['step_s']:.3f} s", flush=True)
+                partial = write_result("async_vs_sync-partial", {**settings, "runs": runs}, args.commit, path=partial)
     ray.shutdown()
-    report(etas, runs, {"gpus": args.gpus, "config": config, "overrides": overrides, "steps": args.steps,
-                        "warmup": args.warmup, "repeats": args.repeats}, args.commit)
+    partial.unlink()
+    report(etas, runs, settings, args.commit)
 
 
 def merge(args) -> None:

@@ -60,12 +60,14 @@ def run_outside_ray(script: str, args: list[str], marker: str, timeout_s: float)
     return line[len(marker):]
 
 
-def write_result(name: str, payload: dict, commit_id: str | None = None, argv: list[str] | None = None) -> Path:
+def write_result(name: str, payload: dict, commit_id: str | None = None, argv: list[str] | None = None,
+                 path: Path | None = None) -> Path:
     """benchmarks/results/<name>-<UTC time>.json: what ran (arguments, commit, whether the tree was dirty),
-    where, when, and the payload. commit_id: the caller's --commit, recorded as given."""
+    where, when, and the payload. commit_id: the caller's --commit, recorded as given. path: rewrite that
+    file instead (a long benchmark saving what it has after each part)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     now = datetime.now(timezone.utc)
-    path = RESULTS / f"{name}-{now.strftime('%Y%m%d-%H%M%S')}.json"
+    path = path or RESULTS / f"{name}-{now.strftime('%Y%m%d-%H%M%S')}.json"
     record = {"benchmark": name, "date": now.isoformat(), "commit": commit_id or commit(),
               "commit_from": "caller" if commit_id else "git", "argv": sys.argv[1:] if argv is None else argv,
               "machine": machine(), **payload}
