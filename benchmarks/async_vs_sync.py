@@ -61,8 +61,7 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
     wait, trn, step = med(lambda r: r["wait_s"]), med(lambda r: r["train_s"] + r["sync_s"]), med(lambda r: r["step_s"])
     busy = sampler.busy(kept[0]["time"] - kept[0]["step_s"], kept[-1]["time"])
     return {"eta": eta, "step_s": step, "wait_s": wait, "train_sync_s": trn,
-            "gen_busy": s["generation_s_per_step"] / s["step_s_mean"], "train_busy": med(
-                lambda r: (r["train_s"] + r["sync_s"]) / r["step_s"]), "gpu_busy": busy,
+            "train_busy": med(lambda r: (r["train_s"] + r["sync_s"]) / r["step_s"]), "gpu_busy": busy,
             "samples_per_s": statistics.median(r["samples"] / r["step_s"] for r in kept),
             "staleness_mean": statistics.fmean(r["staleness_mean"] for r in kept),
             "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"]}
@@ -78,17 +77,18 @@ def summarize(runs: list[dict], etas: list[int]) -> list[dict]:
     for r in runs:
         by_repeat.setdefault(r["repeat"], {})[r["eta"]] = r
     rows = []
-    for eta in etas:
-        mine = [rep[eta] for rep in by_repeat.values()]
-        speed = [rep[0]["step_s"] / rep[eta]["step_s"] for rep in by_repeat.values()]
+    for eta in etas:  # a repeat cut short (or merged from a run of fewer η values) counts where it has both
+        paired = [rep for rep in by_repeat.values() if eta in rep and 0 in rep]
+        mine = [rep[eta] for rep in by_repeat.values() if eta in rep]
+        speed = [rep[0]["step_s"] / rep[eta]["step_s"] for rep in paired]
         ideal = [(rep[0]["wait_s"] + rep[0]["train_sync_s"]) / max(rep[0]["wait_s"], rep[0]["train_sync_s"])
-                 for rep in by_repeat.values()]
+                 for rep in paired]
         gpu = [r["gpu_busy"] for r in mine if r["gpu_busy"]]
         rows.append({"eta": eta, "repeats": len(mine), "step_s": spread([r["step_s"] for r in mine]),
                      "wait_s": spread([r["wait_s"] for r in mine]), "train_sync_s": spread([r["train_sync_s"] for r in mine]),
                      "speedup": spread(speed), "ideal_speedup": spread(ideal),
                      "of_ideal": spread([s / i for s, i in zip(speed, ideal)]),
-                     "gen_busy": spread([r["gen_busy"] for r in mine]), "train_busy": spread([r["train_busy"] for r in mine]),
+                     "train_busy": spread([r["train_busy"] for r in mine]),
                      "gpu_busy": [statistics.median(g[i] for g in gpu) for i in range(len(gpu[0]))] if gpu else None,
                      "samples_per_s": spread([r["samples_per_s"] for r in mine]),
                      "eval_after": spread([r["eval_after"] for r in mine])})
@@ -98,8 +98,7 @@ def summarize(runs: list[dict], etas: list[int]) -> list[dict]:
 def table_row(row: dict) -> dict:
     show = lambda s: f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]"  # noqa: E731
     out = {"eta": row["eta"], **{k: show(row[k]) for k in ("step_s", "wait_s", "train_sync_s", "speedup", "of_ideal")},
-           "ideal": f"{row['ideal_speedup']['median']:.3f}", "gen_busy": f"{row['gen_busy']['median']:.2f}",
-           "train_busy": f"{row['train_busy']['median']:.2f}", "samples/s": f"{row['samples_per_s']['median']:.0f}"}
+           "ideal": f"{row['ideal_speedup']['median']:.3f}", "train_busy": f"{row['train_busy']['median']:.2f}", "samples/s": f"{row['samples_per_s']['median']:.0f}"}
     if row["eta"] == 0:  # the baseline itself
         out["speedup"] = out["of_ideal"] = "-"
     out["gpu_busy"] = ",".join(f"{b:.2f}" for b in row["gpu_busy"]) if row["gpu_busy"] else "-"
@@ -178,13 +177,16 @@ def merge(args) -> None:
     """The runs of several result files, as repeats of one benchmark (same settings, η values and steps)."""
     parts = [json.loads(Path(f).read_text()) for f in args.merge]
     keys = ("gpus", "config", "overrides", "steps", "warmup")
-    if any(tuple(p[k] for k in keys) != tuple(parts[0][k] for k in keys) for p in parts):
+    where = ("model.path=", "metrics.run_dir=")  # GPU runs build their model in a fresh temporary directory
+    same = lambda p: [p[k] if k != "overrides" else [o for o in p[k] if not o.startswith(where)]  # noqa: E731
+                      for k in keys]
+    if any(same(p) != same(parts[0]) for p in parts):
         raise SystemExit(f"--merge: the files differ in {keys}; only runs of one setting can be merged")
     runs, offset = [], 0
     for p in parts:
         runs += [{**r, "repeat": r["repeat"] + offset} for r in p["runs"]]
-        offset += p["repeats"]
-    etas = [r["eta"] for r in parts[0]["rows"]]
+        offset += 1 + max(r["repeat"] for r in p["runs"])
+    etas = sorted({r["eta"] for r in runs})
     report(etas, runs, {**{k: parts[0][k] for k in keys}, "repeats": offset, "merged": [p["commit"] for p in parts]},
            args.commit or parts[0]["commit"])
 
@@ -194,7 +196,7 @@ def report(etas: list[int], runs: list[dict], settings: dict, commit: str | None
     setting = {0: "CPU, both sides on its cores", 1: "one GPU shared by vLLM and the learner at once (memory split "
                "by config)", 2: "two GPUs, one per side"}[settings["gpus"]]
     print_table([table_row(r) for r in rows], ["eta", "step_s", "wait_s", "train_sync_s", "speedup", "ideal", "of_ideal",
-                                               "gen_busy", "train_busy", "gpu_busy", "samples/s"])
+                                               "train_busy", "gpu_busy", "samples/s"])
     path = write_result("async_vs_sync", {"setting": setting, **settings, "rows": rows, "runs": runs}, commit)
     png = plot(rows, runs, f"{setting}; {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each",
                path.with_suffix(".png"))
