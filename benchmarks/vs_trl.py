@@ -4,15 +4,18 @@ size, prompts per step, learning rate, max new tokens, KL setting (none), clip r
 TRL runs in one process with PyTorch's generate (no vLLM); rayrl runs its recipe with the hf engine and with
 vLLM's CPU engine, asynchronous (η = 1), dynamic sampling off so the algorithms match. Held-out accuracy is
 greedy exact match on the same tasks, measured every --eval-every steps; evaluation time is left out of every
-clock. Reported: held-out accuracy against training wall time (one PNG), the time each reaches TRL's final
-accuracy, samples/s. TRL is a benchmark-only extra (pip install trl), not a dependency of rayrl.
+clock. Each repeat runs the systems in turn, the order reversed every other repeat. Reported: held-out
+accuracy against training wall time (one PNG, every repeat), and per system the medians and ranges over
+repeats of the time to TRL's final accuracy (its median over repeats), wall time and samples/s. TRL is a
+benchmark-only extra (pip install trl), not a dependency of rayrl.
 
-    python -m benchmarks.vs_trl [--steps 150] [--eval-every 10] [--systems trl,rayrl-hf,rayrl-vllm]
+    python -m benchmarks.vs_trl [--steps 150] [--eval-every 10] [--repeats 2] [--systems trl,rayrl-hf,rayrl-vllm]
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -140,8 +143,12 @@ def plot(runs: list[dict], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
+    colors = {}
     for r in runs:
-        ax.plot(*zip(*r["curve"]), marker="o", label=r["system"])
+        first = r["system"] not in colors
+        colors.setdefault(r["system"], f"C{len(colors)}")
+        ax.plot(*zip(*r["curve"]), marker="o", ms=3, color=colors[r["system"]], alpha=0.8,
+                label=r["system"] if first else None)
     ax.set_xlabel("training wall time (s), evaluation excluded")
     ax.set_ylabel("held-out accuracy (greedy)")
     ax.legend()
@@ -155,27 +162,46 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--systems", default="trl,rayrl-hf,rayrl-vllm")
+    p.add_argument("--repeats", type=int, default=2)
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
     cfg = load_config(RECIPE, [*SAME, *args.overrides])
     model_path = build_model(cfg)
-    runs = []
-    for system in args.systems.split(","):
-        if system == "trl":
-            runs.append(run_trl(cfg, model_path, args.steps, args.eval_every))
-        else:
-            runs.append(run_rayrl(system.removeprefix("rayrl-"), args.steps, args.eval_every, args.overrides))
-    trl = next((r for r in runs if r["system"] == "trl"), None)
-    target = trl["curve"][-1][1] if trl else None
-    for r in runs:
-        r["final_accuracy"], r["time_to_target_s"] = r["curve"][-1][1], time_to(r["curve"], target) if trl else None
-        r["vs_trl_time"] = (r["time_to_target_s"] / trl["wall_s"]) if trl and r["time_to_target_s"] is not None else None
-    path = write_result("vs_trl", {"steps": args.steps, "hyperparameters": hyperparameters(cfg), "target": target,
-                                   "runs": runs}, args.commit)
+    systems, runs = args.systems.split(","), []
+    for rep in range(args.repeats):
+        for system in (systems if rep % 2 == 0 else systems[::-1]):
+            if system == "trl":
+                run = run_trl(cfg, model_path, args.steps, args.eval_every)
+            else:
+                run = run_rayrl(system.removeprefix("rayrl-"), args.steps, args.eval_every, args.overrides)
+            runs.append({"repeat": rep, **run, "final_accuracy": run["curve"][-1][1]})
+    trl = [r for r in runs if r["system"] == "trl"]
+    target = statistics.median(r["final_accuracy"] for r in trl) if trl else None
+    trl_wall = statistics.median(r["wall_s"] for r in trl) if trl else None
+    rows = []
+    for system in systems:
+        mine = [r for r in runs if r["system"] == system]
+        reached = [t for t in (time_to(r["curve"], target) for r in mine) if t is not None] if trl else []
+        rows.append({"system": system, "final_accuracy": _range([r["final_accuracy"] for r in mine]),
+                     "wall_s": _range([r["wall_s"] for r in mine]), "samples_per_s": _range([r["samples_per_s"] for r in mine]),
+                     "reached": f"{len(reached)}/{len(mine)}", "time_to_target_s": _range(reached),
+                     "vs_trl_time": _range([t / trl_wall for t in reached])})
+    path = write_result("vs_trl", {"steps": args.steps, "repeats": args.repeats, "hyperparameters": hyperparameters(cfg),
+                                   "target": target, "trl_wall_s": trl_wall, "rows": rows, "runs": runs}, args.commit)
     png = plot(runs, path.with_suffix(".png"))
     print(json.dumps(hyperparameters(cfg)))
-    print_table(runs, ["system", "final_accuracy", "wall_s", "samples_per_s", "time_to_target_s", "vs_trl_time"])
-    print(f"target (TRL's final accuracy) {target} -> {path}, {png}")
+    print_table([{k: _show(v) for k, v in r.items()} for r in rows],
+                ["system", "final_accuracy", "wall_s", "samples_per_s", "reached", "time_to_target_s", "vs_trl_time"])
+    print(f"target (TRL's median final accuracy) {target}; vs_trl_time: time to it over TRL's median wall time -> "
+          f"{path}, {png}")
+
+
+def _range(values: list[float]) -> dict | None:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
+
+
+def _show(v) -> str:
+    return f"{v['median']:.3f} [{v['min']:.3f}, {v['max']:.3f}]" if isinstance(v, dict) else str(v)
 
 
 if __name__ == "__main__":

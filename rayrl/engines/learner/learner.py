@@ -95,6 +95,12 @@ class Learner:
         self.backend: LearnerBackend = backend_cls(cfg, model, ref, self.device)
         self.offloaded = False  # optimizer state in host memory (learner.offload_optimizer), until the next step
         self.version = 0
+        alg = cfg.algorithm
+        # one optimizer step per batch: the proximal policy is the one the loss's forward runs, so its log-probs
+        # are that forward's, detached; no scoring pass (kl_in_reward needs them before the advantages; the
+        # bitwise mode keeps the scoring pass it was verified with)
+        self.prox_from_loss = (alg.off_policy_correction and lc.minibatches == 1 and not bitwise
+                               and not (alg.beta > 0 and alg.kl_in_reward))
         self.last_returns: torch.Tensor | None = None  # ppo: the last step's returns, the critic's targets
 
     # ---- scoring ------------------------------------------------------------------------------
@@ -115,13 +121,19 @@ class Learner:
         kl = torch.zeros_like(batch.loss_mask) if alg.beta > 0 and alg.kl_in_reward else None
         with torch.no_grad():
             for mb in mbs:
-                mb.prox_logprobs = self._logprobs(mb).cpu() if alg.off_policy_correction else mb.behav_logprobs
+                if alg.off_policy_correction and not self.prox_from_loss:
+                    mb.prox_logprobs = self._logprobs(mb).cpu()
+                    self._add_mismatch(mismatch, mb, mb.prox_logprobs)
+                elif not alg.off_policy_correction:
+                    mb.prox_logprobs = mb.behav_logprobs
                 mb.ref_logprobs = self._logprobs(mb, reference=True).cpu() if alg.beta > 0 else None
-                if alg.off_policy_correction:
-                    mismatch.add(mb.prox_logprobs, mb.behav_logprobs, (mb.loss_mask > 0) & (mb.versions == self.version))
                 if kl is not None:
                     scatter(KL_ESTIMATORS[alg.kl_estimator](mb.prox_logprobs, mb.ref_logprobs), mb, kl)
         return mismatch, kl
+
+    def _add_mismatch(self, mismatch: MismatchMeter, mb: MicroBatch, logp: torch.Tensor) -> None:
+        """Learner against rollout engine on the tokens sampled by the weights held now."""
+        mismatch.add(logp, mb.behav_logprobs, (mb.loss_mask > 0) & (mb.versions == self.version))
 
     def train_step(self, batch: Batch, values: torch.Tensor | None = None) -> dict[str, float]:
         """Overlong shaping, proximal / reference log-probs, advantages, micro-batches with gradient
@@ -150,6 +162,9 @@ class Learner:
             for i, mb in enumerate(chunk):
                 out = self._logprobs(mb, entropy=entropy)
                 logp, ent = out if entropy else (out, None)
+                if self.prox_from_loss:
+                    mb.prox_logprobs = logp.detach()
+                    self._add_mismatch(mismatch, mb, mb.prox_logprobs.cpu())
                 on = [_on(t, logp) for t in (mb.behav_logprobs, mb.prox_logprobs, mb.advantages, mb.weights)]
                 loss, extra = policy_loss(logp, *on, alg, denom, _on(mb.seq_ids, logp), _on(mb.ref_logprobs, logp), ent)
                 if dp.max(int(not torch.isfinite(loss).item())):
