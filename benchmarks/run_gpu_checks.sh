@@ -12,7 +12,8 @@
 #                                 bitwise-test: tests/gpu/test_bitwise_gpu.py (vLLM batch-invariant, learner log-probs equal)
 #                                 bitwise: benchmarks/bitwise.py (that check, then the recipe normal vs bitwise)
 #                                 async: async_vs_sync --gpus 1, η = 0,1,2,4 once (vLLM and FSDP2 sharing the GPU);
-#                                 async-reverse: the same with η = 4,2,1,0 (merge the two: async_vs_sync --merge)
+#                                 async-reverse: the same with η = 4,2,1,0 (merge the two: async_vs_sync --merge);
+#                                 ETAS=0,4 runs fewer η values (each run costs ~2 min of startup and steps)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh throughput-tp2   # 2 GPUs: rollout_throughput --tp 2
@@ -60,7 +61,7 @@ run_mode() {
   async|async-reverse)
     order=(); [ "$1" = async-reverse ] && order=(--reverse-first)
     CUDA_VISIBLE_DEVICES=0 step async_vs_sync 580 python3 -m benchmarks.async_vs_sync --commit "$commit" --gpus 1 \
-      --repeats 1 --steps 10 --warmup 2 "${order[@]}" metrics.run_dir=/tmp/async-runs
+      --repeats 1 --steps 8 --warmup 2 --etas "${ETAS:-0,1,2,4}" "${order[@]}" metrics.run_dir=/tmp/async-runs
     ;;
   colocate)
     fixtures

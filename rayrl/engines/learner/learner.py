@@ -114,8 +114,8 @@ class Learner:
 
     # ---- the step -----------------------------------------------------------------------------
     def _score(self, mbs: list[MicroBatch], batch: Batch) -> tuple[MismatchMeter, torch.Tensor | None]:
-        """Proximal and reference log-probs per micro-batch, no gradients; the mismatch against the
-        rollout engine on tokens of this version; the per-token KL for kl_in_reward, as [B, T]."""
+        """Proximal (unless prox_from_loss) and reference log-probs per micro-batch, no gradients; the mismatch
+        against the rollout engine on tokens of this version; the per-token KL for kl_in_reward, as [B, T]."""
         alg = self.cfg.algorithm
         mismatch = MismatchMeter()
         kl = torch.zeros_like(batch.loss_mask) if alg.beta > 0 and alg.kl_in_reward else None
