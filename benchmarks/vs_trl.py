@@ -40,7 +40,26 @@ def hyperparameters(cfg: Config) -> dict:
     return {"prompts_per_step": r.batch_size, "group_size": r.group_size, "max_new_tokens": r.max_new_tokens,
             "temperature": r.temperature, "lr": lc.lr, "lr_schedule": lc.lr_schedule, "warmup_steps": lc.lr_warmup_steps,
             "grad_clip": lc.grad_clip, "weight_decay": lc.weight_decay, "beta": alg.beta, "clip": [low, high],
-            "advantages": "group mean and std", "aggregation": alg.aggregation(), "seed": lc.seed}
+            "advantages": "group mean and std", "aggregation": alg.aggregation(), "seed": lc.seed,
+            "activation_checkpointing": lc.activation_checkpointing}
+
+
+# each hyperparameter as TRL's GRPOConfig and rayrl's config name it (printed side by side)
+NAMES = {"prompts_per_step": ("per_device_train_batch_size / num_generations", "rollout.batch_size"),
+         "group_size": ("num_generations", "rollout.group_size"),
+         "max_new_tokens": ("max_completion_length", "rollout.max_new_tokens"),
+         "temperature": ("temperature", "rollout.temperature"), "lr": ("learning_rate", "learner.lr"),
+         "lr_schedule": ("lr_scheduler_type", "learner.lr_schedule"), "warmup_steps": ("warmup_steps", "learner.lr_warmup_steps"),
+         "grad_clip": ("max_grad_norm", "learner.grad_clip"), "weight_decay": ("weight_decay", "learner.weight_decay"),
+         "beta": ("beta", "algorithm.beta"), "clip": ("epsilon, epsilon_high", "algorithm.clip_eps, clip_eps_high"),
+         "advantages": ("scale_rewards=group", "algorithm.type=grpo"),
+         "aggregation": ("loss_type=dapo", "algorithm.loss_agg"), "seed": ("seed", "learner.seed"),
+         "activation_checkpointing": ("gradient_checkpointing (TRL's default: True)", "learner.activation_checkpointing")}
+
+
+def print_side_by_side(hp: dict) -> None:
+    print_table([{"hyperparameter": k, "TRL GRPOConfig": NAMES[k][0], "rayrl config": NAMES[k][1], "value": str(v)}
+                 for k, v in hp.items()], ["hyperparameter", "TRL GRPOConfig", "rayrl config", "value"])
 
 
 def _correct(text: str, ended: bool, task: Task) -> float:
@@ -88,7 +107,8 @@ def run_trl(cfg: Config, model_path: Path, steps: int, eval_every: int) -> dict:
                       warmup_steps=hp["warmup_steps"], max_grad_norm=hp["grad_clip"], weight_decay=hp["weight_decay"],
                       beta=hp["beta"], epsilon=hp["clip"][0], epsilon_high=hp["clip"][1], loss_type="dapo",
                       scale_rewards="group", seed=hp["seed"], use_cpu=True, bf16=False, report_to=[],
-                      save_strategy="no", logging_steps=steps, disable_tqdm=True)
+                      save_strategy="no", logging_steps=steps, disable_tqdm=True,
+                      gradient_checkpointing=hp["activation_checkpointing"])
     curve, clock = [], {"train": 0.0, "since": 0.0}
 
     class HeldOut(TrainerCallback):
@@ -189,7 +209,7 @@ def main() -> None:
     path = write_result("vs_trl", {"steps": args.steps, "repeats": args.repeats, "hyperparameters": hyperparameters(cfg),
                                    "target": target, "trl_wall_s": trl_wall, "rows": rows, "runs": runs}, args.commit)
     png = plot(runs, path.with_suffix(".png"))
-    print(json.dumps(hyperparameters(cfg)))
+    print_side_by_side(hyperparameters(cfg))
     print_table([{k: _show(v) for k, v in r.items()} for r in rows],
                 ["system", "final_accuracy", "wall_s", "samples_per_s", "reached", "time_to_target_s", "vs_trl_time"])
     print(f"target (TRL's median final accuracy) {target}; vs_trl_time: time to it over TRL's median wall time -> "
