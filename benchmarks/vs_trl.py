@@ -128,7 +128,8 @@ def run_trl(cfg: Config, model_path: Path, steps: int, eval_every: int) -> dict:
                           processing_class=tokenizer, callbacks=[HeldOut()])
     trainer.train()
     samples = steps * hp["prompts_per_step"] * hp["group_size"]
-    return {"system": "trl", "curve": curve, "wall_s": clock["train"], "samples_per_s": samples / clock["train"]}
+    return {"system": "trl", "curve": curve, "wall_s": clock["train"], "samples_per_s": samples / clock["train"],
+            "step_s": clock["train"] / steps}
 
 
 def run_rayrl(backend: str, steps: int, eval_every: int, overrides: list[str]) -> dict:
@@ -149,7 +150,12 @@ def run_rayrl(backend: str, steps: int, eval_every: int, overrides: list[str]) -
     curve = [(0.0, s["eval_accuracy_before"])] + [(r["elapsed_s"], r["eval_accuracy"]) for r in records
                                                   if "eval_accuracy" in r and "step" in r]
     curve.append((s["loop_s"], s["eval_accuracy_after"]))
-    return {"system": f"rayrl-{backend}", "curve": curve, "wall_s": s["loop_s"], "samples_per_s": s["samples"] / s["loop_s"]}
+    steps_run = [r for r in records if "step" in r][3:]  # after the first steps' warm-up
+    med = lambda key: statistics.median(r[key] for r in steps_run)  # noqa: E731
+    return {"system": f"rayrl-{backend}", "curve": curve, "wall_s": s["loop_s"], "samples_per_s": s["samples"] / s["loop_s"],
+            # where a step goes: the driver's wait for a batch (generation not hidden), training, the weight sync
+            "step_s": med("step_s"), "wait_s": med("wait_s"), "train_s": med("train_s"), "sync_s": med("sync_s"),
+            "response_len": statistics.fmean(r["response_len_mean"] for r in steps_run)}
 
 
 def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
@@ -204,6 +210,7 @@ def main() -> None:
         reached = [t for t in (time_to(r["curve"], target) for r in mine) if t is not None] if trl else []
         rows.append({"system": system, "final_accuracy": _range([r["final_accuracy"] for r in mine]),
                      "wall_s": _range([r["wall_s"] for r in mine]), "samples_per_s": _range([r["samples_per_s"] for r in mine]),
+                     **{k: _range([r[k] for r in mine]) for k in ("step_s", "wait_s", "train_s", "sync_s") if k in mine[0]},
                      "reached": f"{len(reached)}/{len(mine)}", "time_to_target_s": _range(reached),
                      "vs_trl_time": _range([t / trl_wall for t in reached])})
     path = write_result("vs_trl", {"steps": args.steps, "repeats": args.repeats, "hyperparameters": hyperparameters(cfg),
@@ -211,7 +218,8 @@ def main() -> None:
     png = plot(runs, path.with_suffix(".png"))
     print_side_by_side(hyperparameters(cfg))
     print_table([{k: _show(v) for k, v in r.items()} for r in rows],
-                ["system", "final_accuracy", "wall_s", "samples_per_s", "reached", "time_to_target_s", "vs_trl_time"])
+                ["system", "final_accuracy", "wall_s", "samples_per_s", "step_s", "wait_s", "train_s", "reached",
+                 "time_to_target_s", "vs_trl_time"])
     print(f"target (TRL's median final accuracy) {target}; vs_trl_time: time to it over TRL's median wall time -> "
           f"{path}, {png}")
 
