@@ -157,8 +157,9 @@ def main() -> None:
     if args.merge:
         return merge(args)
     etas = [int(e) for e in args.etas.split(",")]
-    if etas[0] != 0 or args.warmup >= args.steps:
-        parser.error("--etas must start with 0 (the synchronous baseline) and --warmup must be below --steps")
+    if etas[0] != 0 or args.warmup >= args.steps or args.repeats < 1:
+        parser.error("--etas must start with 0 (the synchronous baseline), --warmup must be below --steps and "
+                     "--repeats at least 1")
     config, overrides = args.config, list(args.overrides)
     if args.gpus:
         model = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-0.5b", chars=TEXT_CHARS, **QWEN2_0_5B_SHAPE)
