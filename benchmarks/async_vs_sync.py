@@ -28,7 +28,7 @@ from pathlib import Path
 
 import ray
 
-from benchmarks.common import benchmark_parser, print_table, write_result
+from benchmarks.common import benchmark_parser, print_table, spread, write_result
 from benchmarks.gpu_busy import GpuBusySampler
 from rayrl.config import load_config
 from rayrl.models.builder import QWEN2_0_5B_SHAPE, save_random_qwen2
@@ -68,10 +68,6 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
             "samples_per_s": statistics.median(r["samples"] / r["step_s"] for r in kept),
             "staleness_mean": statistics.fmean(r["staleness_mean"] for r in kept),
             "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"]}
-
-
-def spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def summarize(runs: list[dict], etas: list[int]) -> list[dict]:

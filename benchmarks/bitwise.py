@@ -43,8 +43,6 @@ def fixtures(root: Path) -> tuple[Path, Path]:
     return model, write_synthetic_gsm8k(root / "gsm8k.jsonl", 512)
 
 
-
-
 def _sampled(outputs) -> list[tuple[list[int], list[float]]]:
     return [(list(c.token_ids), [next(iter(d.values())).logprob for d in c.logprobs])
             for o in outputs for c in o.outputs]

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -73,6 +74,11 @@ def write_result(name: str, payload: dict, commit_id: str | None = None, argv: l
               "machine": machine(), **payload}
     path.write_text(json.dumps(record, indent=2))
     return path
+
+
+def spread(values: list[float]) -> dict | None:
+    """Median, min and max of repeated measurements (None for none)."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
 
 
 def print_table(rows: list[dict], columns: list[str]) -> None:

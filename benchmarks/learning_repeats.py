@@ -7,12 +7,11 @@ and last 25 steps, per run, with median and min-max. The bars in tests/cpu/test_
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import ray
 
-from benchmarks.common import benchmark_parser, print_table, write_result
+from benchmarks.common import benchmark_parser, print_table, spread, write_result
 from rayrl.config import load_config
 from rayrl.trainer import start_ray, train
 
@@ -28,10 +27,6 @@ def reward_ends(run_dir: Path) -> tuple[float, float]:
     steps = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "step" in r]
     return (sum(s["sampled_reward_mean"] for s in steps[:WINDOW]) / WINDOW,
             sum(s["sampled_reward_mean"] for s in steps[-WINDOW:]) / WINDOW)
-
-
-def spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def main() -> None:

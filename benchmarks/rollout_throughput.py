@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import ray
 
-from benchmarks.common import benchmark_parser, outside_ray_env, print_table, write_result
+from benchmarks.common import benchmark_parser, outside_ray_env, print_table, spread, write_result
 from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
 from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
@@ -108,10 +107,6 @@ class OurWorker:
         ray.get(self.worker.shutdown.remote())
         self.plan.remove()
         ray.shutdown()
-
-
-def spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import benchmark_parser, print_table, write_result
+from benchmarks.common import benchmark_parser, print_table, spread, write_result
 from rayrl.config import Config, load_config
 from rayrl.data import load_tasks
 from rayrl.models.builder import build_model
@@ -36,7 +36,7 @@ SAME = ["algorithm.dynamic_sampling=false", "algorithm.beta=0.0"]  # what TRL's 
 
 def hyperparameters(cfg: Config) -> dict:
     r, lc, alg = cfg.rollout, cfg.learner, cfg.algorithm
-    low, high = alg.clip_range()
+    low, high = alg.clipspread()
     return {"prompts_per_step": r.batch_size, "group_size": r.group_size, "max_new_tokens": r.max_new_tokens,
             "temperature": r.temperature, "lr": lc.lr, "lr_schedule": lc.lr_schedule, "warmup_steps": lc.lr_warmup_steps,
             "grad_clip": lc.grad_clip, "weight_decay": lc.weight_decay, "beta": alg.beta, "clip": [low, high],
@@ -208,11 +208,11 @@ def main() -> None:
     for system in systems:
         mine = [r for r in runs if r["system"] == system]
         reached = [t for t in (time_to(r["curve"], target) for r in mine) if t is not None] if trl else []
-        rows.append({"system": system, "final_accuracy": _range([r["final_accuracy"] for r in mine]),
-                     "wall_s": _range([r["wall_s"] for r in mine]), "samples_per_s": _range([r["samples_per_s"] for r in mine]),
-                     **{k: _range([r[k] for r in mine]) for k in ("step_s", "wait_s", "train_s", "sync_s") if k in mine[0]},
-                     "reached": f"{len(reached)}/{len(mine)}", "time_to_target_s": _range(reached),
-                     "vs_trl_time": _range([t / trl_wall for t in reached])})
+        rows.append({"system": system, "final_accuracy": spread([r["final_accuracy"] for r in mine]),
+                     "wall_s": spread([r["wall_s"] for r in mine]), "samples_per_s": spread([r["samples_per_s"] for r in mine]),
+                     **{k: spread([r[k] for r in mine]) for k in ("step_s", "wait_s", "train_s", "sync_s") if k in mine[0]},
+                     "reached": f"{len(reached)}/{len(mine)}", "time_to_target_s": spread(reached),
+                     "vs_trl_time": spread([t / trl_wall for t in reached])})
     path = write_result("vs_trl", {"steps": args.steps, "repeats": args.repeats, "hyperparameters": hyperparameters(cfg),
                                    "target": target, "trl_wall_s": trl_wall, "rows": rows, "runs": runs}, args.commit)
     png = plot(runs, path.with_suffix(".png"))
@@ -222,10 +222,6 @@ def main() -> None:
                  "time_to_target_s", "vs_trl_time"])
     print(f"target (TRL's median final accuracy) {target}; vs_trl_time: time to it over TRL's median wall time -> "
           f"{path}, {png}")
-
-
-def _range(values: list[float]) -> dict | None:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
 
 
 def _show(v) -> str:
