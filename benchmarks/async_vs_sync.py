@@ -6,8 +6,8 @@ order of the η values alternating (0,1,2,4 then 4,2,1,0, ...); medians and spre
                                                                # the second with --reverse-first
 
 --gpus 0: the config as given (recipes/arithmetic_grpo.yaml: hf engine, torch learner, on CPU).
---gpus 1 or 2: a Qwen2-0.5B-shaped model with random weights, vLLM rollout (eager), FSDP2 learner in bf16,
-fixed-length generations (rollout.ignore_eos). One GPU: both sides share it at once (placement.mode=share,
+--gpus 1 or 2: a Qwen2-0.5B-shaped model with random weights, vLLM rollout (CUDA graphs), FSDP2 learner in bf16
+(compiled), fixed-length generations (rollout.ignore_eos). One GPU: both sides share it at once (placement.mode=share,
 memory split by rollout.gpu_memory_utilization and learner.gpu_memory_fraction, weights over CUDA IPC);
 two GPUs: one each (placement.mode=split, NCCL).
 Per run, over the steps after --warmup: step time, the driver's wait for a batch (generation, rewards, hops),
@@ -38,12 +38,15 @@ from rayrl.trainer import start_ray, train
 CPU_CONFIG = "recipes/arithmetic_grpo.yaml"
 
 
-def gpu_overrides(gpus: int, model: Path) -> list[str]:
-    """The GPU setting: generation and training of comparable length, nothing that learns (random weights)."""
+def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128) -> list[str]:
+    """The GPU setting: generation and training of comparable length, nothing that learns (random weights).
+    Both sides tuned as a user would tune a synchronous run: vLLM with CUDA graphs, the learner compiled, with
+    micro-batches large enough to keep the device fed."""
     common = [f"cluster.n_gpus_per_node={gpus}", "model.backend=vllm", f"model.path={model}", "rollout.dtype=bfloat16",
-              "rollout.enforce_eager=true", "rollout.max_model_len=512", "rollout.ignore_eos=true",
-              "rollout.max_new_tokens=128", "rollout.batch_size=32", "rollout.group_size=8", "rollout.temperature=1.0",
-              "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.lr=1e-6", "algorithm.beta=0",
+              "rollout.enforce_eager=false", "rollout.max_model_len=512", "rollout.ignore_eos=true",
+              f"rollout.max_new_tokens={max_new_tokens}", "rollout.batch_size=32", "rollout.group_size=8",
+              "rollout.temperature=1.0", "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.compile=true",
+              "learner.max_tokens_per_micro_batch=16384", "learner.lr=1e-6", "algorithm.beta=0",
               "algorithm.dynamic_sampling=false", "data.eval_size=16", "sync.dtype=bfloat16"]
     if gpus == 1:
         return common + ["placement.mode=share", "sync.transport=ipc", "rollout.gpu_memory_utilization=0.3",

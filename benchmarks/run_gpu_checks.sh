@@ -14,6 +14,9 @@
 #                                 async: async_vs_sync --gpus 1, η = 0,1,2,4 once (vLLM and FSDP2 sharing the GPU);
 #                                 async-reverse: the same with η = 4,2,1,0 (merge the two: async_vs_sync --merge);
 #                                 ETAS=0,4 runs fewer η values (each run costs ~2 min of startup and steps)
+#                                 vs-trl: vs_trl --gpus 1, one repeat: TRL's GRPOTrainer (vLLM colocate) and rayrl at
+#                                 ETAS (default 0,4) sharing the GPU; vs-trl-reverse: the same, order reversed
+#                                 (needs benchmarks/requirements-gpu-bench.txt staged beside the project's packages)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh throughput-tp2   # 2 GPUs: rollout_throughput --tp 2
@@ -63,6 +66,11 @@ run_mode() {
     CUDA_VISIBLE_DEVICES=0 step async_vs_sync 580 python3 -m benchmarks.async_vs_sync --commit "$commit" --gpus 1 \
       --repeats 1 --steps 8 --warmup 2 --etas "${ETAS:-0,1,2,4}" "${order[@]}" metrics.run_dir=/tmp/async-runs
     ;;
+  vs-trl|vs-trl-reverse)
+    order=(); [ "$1" = vs-trl-reverse ] && order=(--reverse-first)
+    CUDA_VISIBLE_DEVICES=0 step vs_trl_gpu 590 python3 -m benchmarks.vs_trl --gpus 1 --commit "$commit" --repeats 1 \
+      --steps 8 --warmup 2 --etas "${ETAS:-0,4}" "${order[@]}" metrics.run_dir=/tmp/vs-trl-runs
+    ;;
   colocate)
     fixtures
     CUDA_VISIBLE_DEVICES=0 step gsm8k_1gpu 480 python3 -m benchmarks.recipe_run --commit "$commit" \
@@ -87,7 +95,7 @@ run_mode() {
       rollout.enforce_eager=true metrics.run_dir="$out/runs" metrics.progress=false checkpoint.save_final=false
     ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
-  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, bitwise-test, bitwise, two-gpu, throughput-tp2 or faults"; exit 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, bitwise-test, bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }
 

@@ -36,7 +36,7 @@ SAME = ["algorithm.dynamic_sampling=false", "algorithm.beta=0.0"]  # what TRL's 
 
 def hyperparameters(cfg: Config) -> dict:
     r, lc, alg = cfg.rollout, cfg.learner, cfg.algorithm
-    low, high = alg.clipspread()
+    low, high = alg.clip_range()
     return {"prompts_per_step": r.batch_size, "group_size": r.group_size, "max_new_tokens": r.max_new_tokens,
             "temperature": r.temperature, "lr": lc.lr, "lr_schedule": lc.lr_schedule, "warmup_steps": lc.lr_warmup_steps,
             "grad_clip": lc.grad_clip, "weight_decay": lc.weight_decay, "beta": alg.beta, "clip": [low, high],
@@ -185,12 +185,30 @@ def plot(runs: list[dict], out: Path) -> Path:
 
 def main() -> None:
     p = benchmark_parser(__doc__)
-    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--steps", type=int, default=None, help="default 150 on CPU, 8 with --gpus 1")
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--systems", default="trl,rayrl-hf,rayrl-vllm")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--gpus", type=int, default=0, choices=[0, 1], help="1: throughput at equal work on one GPU "
+                   "(benchmarks.vs_trl_gpu); 0: time to accuracy on CPU")
+    p.add_argument("--etas", default="0,4", help="--gpus 1: rayrl's η values")
+    p.add_argument("--warmup", type=int, default=2, help="--gpus 1: first steps left out")
+    p.add_argument("--tokens", type=int, default=256, help="--gpus 1: tokens per completion (EOS ignored)")
+    p.add_argument("--trl-micro-batch", type=int, default=64, help="--gpus 1: TRL's per_device_train_batch_size")
+    p.add_argument("--trl-timeout", type=float, default=900.0, help="--gpus 1: seconds for one TRL run")
+    p.add_argument("--reverse-first", action="store_true", help="--gpus 1: the first repeat runs the systems backwards")
+    p.add_argument("--merge", nargs="+", help="--gpus 1: result JSONs of earlier invocations, merged as repeats")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
+    if args.gpus or args.merge:
+        from benchmarks import vs_trl_gpu
+
+        if args.merge:
+            return vs_trl_gpu.merge(args.merge, args.commit)
+
+        args.steps = args.steps or 8
+        return vs_trl_gpu.main(args, list(args.overrides))
+    args.steps = args.steps or 150
     cfg = load_config(RECIPE, [*SAME, *args.overrides])
     model_path = build_model(cfg)
     systems, runs = args.systems.split(","), []

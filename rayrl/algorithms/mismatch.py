@@ -10,27 +10,32 @@ import torch
 
 
 class MismatchMeter:
-    """Sums over micro-batches; result() gives the step's numbers (zero tokens: all 0)."""
+    """Sums over micro-batches on the tensors' own device (no host sync per micro-batch); result() reads
+    them once and gives the step's numbers (zero tokens: all 0)."""
 
     def __init__(self) -> None:
-        self.n, self.abs_sum, self.mult_sum, self.k3_sum, self.max = 0, 0.0, 0.0, 0.0, 0.0
+        self.sums: torch.Tensor | None = None  # float64 [tokens, |d|, exp|d|, k3, max |d|]
 
     def add(self, learner_logp: torch.Tensor, engine_logp: torch.Tensor, fresh: torch.Tensor) -> None:
         """fresh: bool mask of the tokens sampled by the weights the learner holds now."""
-        if not fresh.any():
-            return
-        delta = (learner_logp - engine_logp)[fresh].double()
-        self.n += int(delta.numel())
-        self.abs_sum += delta.abs().sum().item()
-        self.mult_sum += delta.abs().exp().sum().item()
-        self.k3_sum += ((-delta).exp() + delta - 1.0).sum().item()  # r = engine/learner: E[r - 1 - log r]
-        self.max = max(self.max, delta.abs().max().item())
+        engine_logp, fresh = engine_logp.to(learner_logp.device), fresh.to(learner_logp.device)
+        delta = (learner_logp.detach() - engine_logp).double() * fresh
+        w = fresh.double()
+        a = delta.abs()
+        part = torch.stack([w.sum(), a.sum(), (a.exp() * w).sum(),  # k3, r = engine/learner: E[r - 1 - log r]
+                            (((-delta).exp() + delta - 1.0) * w).sum(), a.max() if a.numel() else a.new_zeros(())])
+        if self.sums is None:
+            self.sums = part
+        else:
+            self.sums = torch.cat([self.sums[:4] + part[:4], torch.maximum(self.sums[4:], part[4:])])
 
     def result(self) -> dict[str, float]:
-        n = max(1, self.n)
-        return {"mismatch_tokens": self.n, "mismatch_abs_mean": self.abs_sum / n,
-                "token_mult_prob_error": self.mult_sum / n if self.n else 1.0, "mismatch_k3": self.k3_sum / n,
-                "mismatch_max": self.max}
+        n, abs_sum, mult_sum, k3_sum, worst = self.sums.tolist() if self.sums is not None else (0, 0.0, 0.0, 0.0, 0.0)
+        n = int(round(n))
+        d = max(1, n)
+        return {"mismatch_tokens": n, "mismatch_abs_mean": abs_sum / d,
+                "token_mult_prob_error": mult_sum / d if n else 1.0, "mismatch_k3": k3_sum / d,
+                "mismatch_max": worst}
 
 
 def merge_mismatch(per_rank: list[dict]) -> dict[str, float]:

@@ -47,9 +47,10 @@ def _behaviour_weights(prox_logp, behav_logp, mask, seq_ids, cfg) -> tuple[torch
 def policy_loss(logp: torch.Tensor, behav_logp: torch.Tensor, prox_logp: torch.Tensor, advantages: torch.Tensor,
                 weights: torch.Tensor, cfg: AlgorithmConfig, denom: float, seq_ids: torch.Tensor | None = None,
                 ref_logp: torch.Tensor | None = None, entropy: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, dict[str, float]]:
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token tensors [R, L]; weights: each token's aggregation weight (0 off the scored tokens).
-    Returns (sum of weighted per-token losses / denom, stats)."""
+    Returns (sum of weighted per-token losses / denom, stats as detached 0-d tensors: reading them is the
+    caller's one host sync, after the step's work is queued)."""
     mask = (weights > 0).float()
     old = prox_logp if cfg.off_policy_correction else behav_logp
     ratio = _ratio(logp, old, mask, seq_ids, cfg)
@@ -62,21 +63,21 @@ def policy_loss(logp: torch.Tensor, behav_logp: torch.Tensor, prox_logp: torch.T
     if cfg.off_policy_correction:
         behav_w, mask, touched = _behaviour_weights(prox_logp, behav_logp, mask, seq_ids, cfg)
         per_token = per_token * behav_w
-        stats["correction_frac"] = token_mean(touched.float(), scored).item()  # tokens masked or truncated
+        stats["correction_frac"] = token_mean(touched.float(), scored).detach()  # tokens masked or truncated
     if cfg.beta > 0 and not cfg.kl_in_reward:
         if ref_logp is None:
             raise ValueError("algorithm.beta > 0 needs reference log-probs")
         kl = KL_ESTIMATORS[cfg.kl_estimator](logp, ref_logp)
         per_token = per_token + cfg.beta * kl
-        stats["kl"] = token_mean(kl.detach(), mask).item()
+        stats["kl"] = token_mean(kl.detach(), mask)
     if cfg.entropy_coef > 0:
         if entropy is None:
             raise ValueError("algorithm.entropy_coef > 0 needs token entropies")
         per_token = per_token - cfg.entropy_coef * entropy
     if entropy is not None:
-        stats["entropy"] = token_mean(entropy.detach(), scored).item()
+        stats["entropy"] = token_mean(entropy.detach(), scored)
     loss = (per_token * weights * mask).sum() / max(float(denom), 1e-8)
     with torch.no_grad():
-        stats["clip_frac"] = token_mean(((ratio - clipped).abs() > 0).float(), mask).item()
-        stats["behav_weight_mean"] = token_mean(behav_w, mask).item()
+        stats["clip_frac"] = token_mean(((ratio - clipped).abs() > 0).float(), mask).detach()
+        stats["behav_weight_mean"] = token_mean(behav_w, mask).detach()
     return loss, stats

@@ -64,10 +64,6 @@ def _chunks(items: list, n: int) -> list[list]:
     return [items[i: i + size] for i in range(0, len(items), size)]
 
 
-def _on(t: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
-    return None if t is None else t.to(like.device)
-
-
 class Learner:
     """Loads the policy (and the frozen reference when algorithm.beta > 0), hands both to the backend
     chosen by learner.backend, and owns everything above the backend's primitives."""
@@ -158,29 +154,33 @@ class Learner:
             denom = denominator(dp.sum(float(sum(mb.weights.sum() for mb in chunk))),
                                 dp.sum(float(sum(mb.n_sequences for mb in chunk))), alg.aggregation(),
                                 cfg.rollout.max_new_tokens)
-            total = 0.0
+            # on the device at once; from here to the optimizer step nothing waits for the device
+            chunk = [mb.to(self.device) for mb in chunk]
+            chunk_losses = []
             for i, mb in enumerate(chunk):
                 out = self._logprobs(mb, entropy=entropy)
                 logp, ent = out if entropy else (out, None)
                 if self.prox_from_loss:
                     mb.prox_logprobs = logp.detach()
-                    self._add_mismatch(mismatch, mb, mb.prox_logprobs.cpu())
-                on = [_on(t, logp) for t in (mb.behav_logprobs, mb.prox_logprobs, mb.advantages, mb.weights)]
-                loss, extra = policy_loss(logp, *on, alg, denom, _on(mb.seq_ids, logp), _on(mb.ref_logprobs, logp), ent)
-                if dp.max(int(not torch.isfinite(loss).item())):
-                    if not backend.discard_grads():
-                        raise RuntimeError(f"non-finite loss at step {self.version + 1}; learner.backend="
-                                           f"{cfg.learner.backend} cannot drop a half-accumulated step")
-                    return self._skipped("loss", mbs, mismatch)
+                    self._add_mismatch(mismatch, mb, mb.prox_logprobs)
+                loss, extra = policy_loss(logp, mb.behav_logprobs, mb.prox_logprobs, mb.advantages, mb.weights, alg,
+                                          denom, mb.seq_ids, mb.ref_logprobs, ent)
                 backend.backward(loss * dp.world_size, last=i == len(chunk) - 1)
-                total += loss.item()
+                chunk_losses.append(loss.detach())
+            total = float(torch.stack(chunk_losses).sum())  # the chunk's one host sync before its step
+            if dp.max(int(not math.isfinite(total))):  # every rank agrees, before any update
+                if not backend.discard_grads():
+                    raise RuntimeError(f"non-finite loss at step {self.version + 1}; learner.backend="
+                                       f"{cfg.learner.backend} cannot drop an accumulated step")
+                return self._skipped("loss", mbs, mismatch)
             norms.append(backend.step())
             if not math.isfinite(norms[-1]):  # the backend did not apply it
                 return self._skipped("gradients", mbs, mismatch)
             losses.append(dp.sum(total))
         self.version += 1
         return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
-                "micro_batches": len(mbs), "skipped": "", **mismatch.result(), **extra}
+                "micro_batches": len(mbs), "skipped": "", **mismatch.result(),
+                **{k: float(v) for k, v in extra.items()}}
 
     def _skipped(self, cause: str, mbs: list, mismatch: MismatchMeter) -> dict[str, float]:
         """A step whose advantages, loss or gradients were not finite: no update, the version still

@@ -31,6 +31,14 @@ class MicroBatch(msgspec.Struct):
     max_seqlen: int = 0  # packed: the longest sequence in the row
     versions: torch.Tensor | None = None  # [R, L]: the policy version that sampled each target token
 
+    def to(self, device) -> "MicroBatch":
+        """Every tensor on device, copied once before the step's passes: a copy from pageable host memory
+        waits for the device's queue, so copies between passes would stall it every micro-batch."""
+        if device == "cpu" or getattr(device, "type", device) == "cpu":
+            return self
+        values = {f: getattr(self, f) for f in self.__struct_fields__}
+        return MicroBatch(**{f: v.to(device) if isinstance(v, torch.Tensor) else v for f, v in values.items()})
+
     def attention_kwargs(self, device) -> dict:
         """transformers' flash-attention kwargs of a packed row; none for padded rows."""
         if self.cu_seqlens is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import threading
 import uuid
@@ -19,6 +20,7 @@ from rayrl.config import Config
 from rayrl.engines.rollout.vllm_weight_sync import VLLMWeightSync
 from rayrl.types import GenerationRequest, Sample
 
+log = logging.getLogger("rayrl")
 SETTLE_TICK_S = 0.01  # after a pause, outputs already produced finish arriving within a few ticks
 
 
@@ -99,6 +101,8 @@ class VLLMRolloutEngine:
         self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0, "untracked_at_update": 0}
         self._boundaries: dict[str, list[tuple[int, int, int]]] = {}  # request -> (index, tokens so far, version)
         self._finished = 0
+        self._paused = False  # the current weight update paused vLLM (requests were running)
+        self._gate: asyncio.Event | None = None  # closed during a weight update: new requests wait at it
         self._weights = VLLMWeightSync(cfg.sync.transport, cfg.rollout.bitwise_on_policy)
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True).start()
@@ -124,6 +128,8 @@ class VLLMRolloutEngine:
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         if self.cfg.rollout.bitwise_on_policy:  # vLLM's switch is its environment; its engine process inherits it
             os.environ["VLLM_BATCH_INVARIANT"] = "1"
+        self._gate = asyncio.Event()  # made on the engine's loop, where every request passes it
+        self._gate.set()
         args = engine_args(self.cfg, model_path, self.dtype, self._weights.engine_args())
         try:
             # LLM_CLASS: vLLM's batch-throughput defaults (on a large GPU 1024 sequences, 16384 tokens per step);
@@ -156,7 +162,8 @@ class VLLMRolloutEngine:
                                 output_kind=RequestOutputKind.FINAL_ONLY,
                                 stop_token_ids=[] if r.ignore_eos else [self.tokenizer.eos_token_id])
         rid = f"{r.request_id}-{uuid.uuid4().hex[:8]}"
-        self._boundaries[rid] = []
+        await self._gate.wait()  # a weight update in progress: start on the new weights
+        self._boundaries[rid] = []  # no await since the gate: an update now sees this request as running
         timed_out = []
         timeout = self.cfg.rollout.request_timeout_s if r.timeout_s is None else r.timeout_s
         timer = self._loop.call_later(timeout, self._expire, rid, timed_out)
@@ -232,6 +239,27 @@ class VLLMRolloutEngine:
     async def resume(self) -> None:
         await self._on_loop(self.llm.resume_generation())
 
+    async def _hold(self) -> None:
+        """The start of a weight update: new requests wait at the gate; vLLM is paused only when requests are
+        running (its pause_generation sleeps 20 ms even when idle)."""
+        self._gate.clear()
+        self._paused = bool(self._boundaries)
+        if self._paused:
+            await self._pause()
+
+    async def _release(self) -> None:
+        """The end of a weight update: resume a paused vLLM, or (nothing was running) drop the prefix cache the
+        old weights wrote, as the pause would have; then let waiting requests in."""
+        try:
+            if self._paused:
+                await self.llm.resume_generation()
+            elif self.cfg.rollout.recompute_kv_on_sync and not await self.llm.reset_prefix_cache():
+                log.warning("vLLM did not reset its prefix cache after a weight update; cached prompt blocks "
+                            "of the previous weights may be reused")
+        finally:
+            self._paused = False
+            self._gate.set()
+
     async def init_weight_transfer(self, group_info) -> None:
         await self._on_loop(self._weights.init(self.llm, group_info))
 
@@ -246,7 +274,7 @@ class VLLMRolloutEngine:
         if self.asleep:  # only the weights come back before the sync; the KV cache after it
             await self._on_loop(self.llm.wake_up(tags=["weights"]))
         else:
-            await self.pause()
+            await self._on_loop(self._hold())
         await self._on_loop(self._weights.start(self.llm))
 
     async def receive_weights(self, meta) -> None:
@@ -259,7 +287,7 @@ class VLLMRolloutEngine:
             await self._on_loop(self.llm.wake_up(tags=["kv_cache"]))
             self.asleep = False
         else:
-            await self.resume()
+            await self._on_loop(self._release())
 
     def last_receive(self) -> dict:
         """ipc: how the last sync wrote the weights (direct or load_weights) and how long it took there."""

@@ -1,0 +1,123 @@
+"""rayrl against TRL's GRPOTrainer on one GPU, throughput at equal work (random weights learn nothing):
+a Qwen2-0.5B-shaped model, the same char tokenizer and arithmetic prompts, 32 prompts x 8 samples a step,
+every completion exactly --tokens long (EOS ignored on both sides), lr 1e-6, no KL, bf16 compute over fp32
+weights, micro-batches of about 16k tokens on both sides.
+
+TRL runs as its users run it on one GPU: vLLM in colocate mode (benchmarks.trl_gpu, in a child process).
+rayrl runs placement.mode=share (vLLM and the FSDP2 learner on the GPU at once, weights over CUDA IPC) at
+each η of --etas: η = 0 is its synchronous baseline (CUDA graphs, compiled learner), larger η overlap
+generation with training. Repeats alternate the order of the systems. Reported per system: training
+samples/s, step time and the GPU's busy fraction (NVML), medians and ranges over repeats, and each rayrl
+η's samples/s over TRL's in the same repeat.
+
+    python -m benchmarks.vs_trl --gpus 1 [--steps 8] [--warmup 2] [--repeats 2] [--etas 0,4] [--tokens 256]
+    python -m benchmarks.vs_trl --gpus 1 --reverse-first ...    # a repeat run as its own command, order reversed
+    python -m benchmarks.vs_trl --gpus 1 --merge A.json B.json  # such runs as the repeats of one result
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from benchmarks.async_vs_sync import gpu_overrides, run_once
+from benchmarks.common import outside_ray_env, print_table, spread, write_result
+from benchmarks.gpu_busy import GpuBusySampler
+from benchmarks.trl_gpu import MARKER
+from rayrl.models.builder import QWEN2_0_5B_SHAPE, save_random_qwen2
+from rayrl.models.tokenizer import TEXT_CHARS
+
+PROMPTS, GROUP, LR = 32, 8, 1e-6
+
+
+def run_trl(model: Path, settings: dict, warmup: int, sampler: GpuBusySampler, timeout_s: float) -> dict:
+    """TRL in a child process without Ray's environment; its step ends give step time and the busy window."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.trl_gpu", str(model), json.dumps(settings)],
+                          capture_output=True, text=True, timeout=timeout_s, env=outside_ray_env())
+    line = next((x for x in proc.stdout.splitlines() if x.startswith(MARKER)), None)
+    if line is None:
+        raise RuntimeError(f"TRL's run failed (rc {proc.returncode}):\n{proc.stderr[-6000:]}")
+    out = json.loads(line[len(MARKER):])
+    ends = out["step_ends"]
+    steps = [b - a for a, b in zip(ends, ends[1:])][warmup:]
+    step_s = statistics.median(steps)
+    busy = sampler.busy(ends[warmup], ends[-1])
+    return {"step_s": step_s, "samples_per_s": out["samples_per_step"] / step_s, "gpu_busy": busy[0] if busy else None,
+            "steps_s": steps, "gradient_accumulation_steps": out["gradient_accumulation_steps"]}
+
+
+def run_rayrl(model: Path, eta: int, args, overrides: list[str], name: str, sampler: GpuBusySampler) -> dict:
+    run = run_once(None, gpu_overrides(1, model, args.tokens) + overrides, eta, args.steps, args.warmup, name, sampler)
+    return {"step_s": run["step_s"], "samples_per_s": run["samples_per_s"],
+            "gpu_busy": run["gpu_busy"][0] if run["gpu_busy"] else None, "wait_s": run["wait_s"],
+            "train_sync_s": run["train_sync_s"]}
+
+
+def main(args, overrides: list[str]) -> None:
+    import ray
+
+    etas = [int(e) for e in args.etas.split(",")]
+    model = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-0.5b", chars=TEXT_CHARS, dtype=torch.float32,
+                              **QWEN2_0_5B_SHAPE)
+    trl_settings = {"steps": args.steps, "prompts": PROMPTS, "group_size": GROUP, "max_new_tokens": args.tokens,
+                    "micro_batch": args.trl_micro_batch, "memory_share": 0.3, "lr": LR, "max_model_len": 512}
+    systems = ["trl", *(f"rayrl-eta{e}" for e in etas)]
+    settings = {"gpus": 1, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats, "tokens": args.tokens,
+                "trl": trl_settings, "rayrl_overrides": [o for o in gpu_overrides(1, model, args.tokens) + overrides
+                                                         if not o.startswith("model.path=")]}
+    runs, partial = [], None
+    with GpuBusySampler() as sampler:
+        for rep in range(args.repeats):
+            for system in (systems if (rep + args.reverse_first) % 2 == 0 else systems[::-1]):
+                if system == "trl":
+                    run = run_trl(model, trl_settings, args.warmup, sampler, args.trl_timeout)
+                else:
+                    eta = int(system.removeprefix("rayrl-eta"))
+                    run = run_rayrl(model, eta, args, overrides, f"vs-trl-gpu-{rep}-eta{eta}", sampler)
+                runs.append({"repeat": rep, "system": system, **run})
+                print(f"repeat {rep} {system}: {run['samples_per_s']:.1f} samples/s, step {run['step_s']:.3f} s",
+                      flush=True)
+                partial = write_result("vs_trl_gpu-partial", {**settings, "runs": runs}, args.commit, path=partial)
+    if ray.is_initialized():
+        ray.shutdown()
+    partial.unlink()
+    report(systems, runs, settings, args.commit)
+
+
+def merge(files: list[str], commit: str | None) -> Path:
+    """The runs of several result files (same settings) as the repeats of one result."""
+    parts = [json.loads(Path(f).read_text()) for f in files]
+    keys = ("steps", "warmup", "tokens", "trl", "rayrl_overrides")
+    if any([p[k] for k in keys] != [parts[0][k] for k in keys] for p in parts):
+        raise SystemExit(f"--merge: the files differ in {keys}; only runs of one setting can be merged")
+    runs, offset = [], 0
+    for p in parts:
+        runs += [{**r, "repeat": r["repeat"] + offset} for r in p["runs"]]
+        offset += 1 + max(r["repeat"] for r in p["runs"])
+    systems = list(dict.fromkeys(r["system"] for r in sorted(runs, key=lambda r: r["system"] != "trl")))
+    settings = {**{k: parts[0][k] for k in ("gpus", *keys)}, "repeats": offset, "merged": [p["commit"] for p in parts]}
+    return report(systems, runs, settings, commit or parts[0]["commit"])
+
+
+def report(systems: list[str], runs: list[dict], settings: dict, commit: str | None) -> Path:
+    trl_by_rep = {r["repeat"]: r for r in runs if r["system"] == "trl"}
+    rows = []
+    for system in systems:
+        mine = [r for r in runs if r["system"] == system]
+        vs = [r["samples_per_s"] / trl_by_rep[r["repeat"]]["samples_per_s"] for r in mine if r["repeat"] in trl_by_rep]
+        rows.append({"system": system, "samples_per_s": spread([r["samples_per_s"] for r in mine]),
+                     "step_s": spread([r["step_s"] for r in mine]),
+                     "gpu_busy": spread([r["gpu_busy"] for r in mine if r["gpu_busy"] is not None]),
+                     "vs_trl": spread(vs) if system != "trl" else None})
+    show = lambda s: "-" if s is None else f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]"  # noqa: E731
+    print_table([{"system": r["system"], **{k: show(r[k]) for k in ("samples_per_s", "step_s", "gpu_busy", "vs_trl")}}
+                 for r in rows], ["system", "samples_per_s", "step_s", "gpu_busy", "vs_trl"])
+    path = write_result("vs_trl_gpu", {**settings, "rows": rows, "runs": runs}, commit)
+    print(f"one GPU, {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each -> {path}")
+    return path
