@@ -20,6 +20,7 @@ MARKER = "TRL_RESULT "
 
 
 def run(model_dir: str, s: dict) -> dict:
+    import pyarrow as pa
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
@@ -56,7 +57,10 @@ def run(model_dir: str, s: dict) -> dict:
     def reward(completions, **_):  # random weights earn nothing; the reward's cost is not what is compared
         return [0.0 for _ in completions]
 
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
+    # a fingerprint given: datasets would otherwise hash its own state with dill, which raised PicklingError
+    # ("Can't pickle <class 'MonthDayNano'>") on the GPU machine's Python 3.12 and pyarrow
+    prompts = Dataset(pa.Table.from_pylist(rows), fingerprint="vs-trl-gpu-prompts")
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=prompts,
                           processing_class=tokenizer, callbacks=[Clock()])
     trainer.train()
     return {"step_ends": ends, "samples_per_step": samples,

@@ -42,7 +42,9 @@ def run_trl(model: Path, settings: dict, warmup: int, sampler: GpuBusySampler, t
                           capture_output=True, text=True, timeout=timeout_s, env=outside_ray_env())
     line = next((x for x in proc.stdout.splitlines() if x.startswith(MARKER)), None)
     if line is None:
-        raise RuntimeError(f"TRL's run failed (rc {proc.returncode}):\n{proc.stderr[-6000:]}")
+        first = proc.stderr.find("Traceback")
+        raise RuntimeError(f"TRL's run failed (rc {proc.returncode}):\n{proc.stderr[max(0, first):][:3000]}\n...\n"
+                           f"{proc.stderr[-3000:]}")
     out = json.loads(line[len(MARKER):])
     ends = out["step_ends"]
     steps = [b - a for a, b in zip(ends, ends[1:])][warmup:]
@@ -76,7 +78,12 @@ def main(args, overrides: list[str]) -> None:
         for rep in range(args.repeats):
             for system in (systems if (rep + args.reverse_first) % 2 == 0 else systems[::-1]):
                 if system == "trl":
-                    run = run_trl(model, trl_settings, args.warmup, sampler, args.trl_timeout)
+                    try:
+                        run = run_trl(model, trl_settings, args.warmup, sampler, args.trl_timeout)
+                    except (RuntimeError, subprocess.TimeoutExpired) as err:  # reported, and rayrl still measured
+                        print(f"repeat {rep} trl failed: {err}", flush=True)
+                        runs.append({"repeat": rep, "system": system, "error": str(err)})
+                        continue
                 else:
                     eta = int(system.removeprefix("rayrl-eta"))
                     run = run_rayrl(model, eta, args, overrides, f"vs-trl-gpu-{rep}-eta{eta}", sampler)
@@ -106,15 +113,18 @@ def merge(files: list[str], commit: str | None) -> Path:
 
 
 def report(systems: list[str], runs: list[dict], settings: dict, commit: str | None) -> Path:
-    trl_by_rep = {r["repeat"]: r for r in runs if r["system"] == "trl"}
+    trl_by_rep = {r["repeat"]: r for r in runs if r["system"] == "trl" and "error" not in r}
     rows = []
     for system in systems:
-        mine = [r for r in runs if r["system"] == system]
+        mine = [r for r in runs if r["system"] == system and "error" not in r]
         vs = [r["samples_per_s"] / trl_by_rep[r["repeat"]]["samples_per_s"] for r in mine if r["repeat"] in trl_by_rep]
         rows.append({"system": system, "samples_per_s": spread([r["samples_per_s"] for r in mine]),
                      "step_s": spread([r["step_s"] for r in mine]),
                      "gpu_busy": spread([r["gpu_busy"] for r in mine if r["gpu_busy"] is not None]),
                      "vs_trl": spread(vs) if system != "trl" else None})
+    for r in runs:
+        if "error" in r:
+            print(f"repeat {r['repeat']} {r['system']}: failed, {r['error'][-300:]}")
     show = lambda s: "-" if s is None else f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]"  # noqa: E731
     print_table([{"system": r["system"], **{k: show(r[k]) for k in ("samples_per_s", "step_s", "gpu_busy", "vs_trl")}}
                  for r in rows], ["system", "samples_per_s", "step_s", "gpu_busy", "vs_trl"])
