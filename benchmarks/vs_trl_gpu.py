@@ -108,7 +108,8 @@ def merge(files: list[str], commit: str | None) -> Path:
         runs += [{**r, "repeat": r["repeat"] + offset} for r in p["runs"]]
         offset += 1 + max(r["repeat"] for r in p["runs"])
     systems = list(dict.fromkeys(r["system"] for r in sorted(runs, key=lambda r: r["system"] != "trl")))
-    settings = {**{k: parts[0][k] for k in ("gpus", *keys)}, "repeats": offset, "merged": [p["commit"] for p in parts]}
+    settings = {**{k: parts[0][k] for k in ("gpus", *keys)}, "repeats": offset, "merged": [p["commit"] for p in parts],
+                "merged_files": [Path(f).name for f in files], "measured_on": parts[0]["machine"]}
     return report(systems, runs, settings, commit or parts[0]["commit"])
 
 
