@@ -17,7 +17,8 @@ from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan_buckets
 from rayrl.faults import wait_all
 from rayrl.metrics import merge_rank_stats
-from rayrl.placement import init_method, node_address
+from rayrl.placement import node_address
+from rayrl.rendezvous import init_method
 from rayrl.types import Batch, TrajectoryGroup
 
 

@@ -31,7 +31,7 @@ import ray
 from benchmarks.common import benchmark_parser, print_table, spread, write_result
 from benchmarks.gpu_busy import GpuBusySampler
 from rayrl.config import load_config
-from rayrl.models.builder import QWEN2_0_5B_SHAPE, save_random_qwen2
+from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
 from rayrl.trainer import start_ray, train
 

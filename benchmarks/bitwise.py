@@ -29,7 +29,8 @@ from benchmarks.common import benchmark_parser, print_table, write_result
 from benchmarks.gpu_learner_check import mismatch
 from rayrl.config import load_config
 from rayrl.data.gsm8k import write_synthetic_gsm8k
-from rayrl.models.builder import QWEN2_1_5B_SHAPE, load_policy, save_random_qwen2
+from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.models.policy import load_policy
 from rayrl.models.tokenizer import TEXT_CHARS
 
 H200_BF16_PEAK = 989e12  # dense bf16 FLOP/s

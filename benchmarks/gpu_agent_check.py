@@ -17,7 +17,7 @@ from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.actors import Gateway, RewardActor, RolloutWorker, TrajectoryBuffer
 from rayrl.config import load_config
 from rayrl.data import PromptTemplate, load_tasks
-from rayrl.models import build_model
+from rayrl.models.demo import build_model
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.types import GenerationRequest
 from rayrl.workflows.base import Sampling

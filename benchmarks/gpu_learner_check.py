@@ -20,7 +20,7 @@ from benchmarks.common import benchmark_parser, print_table, run_outside_ray, wr
 from rayrl.actors import CriticGroup, LearnerGroup
 from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
-from rayrl.models import build_model
+from rayrl.models.demo import build_model
 from rayrl.placement import PlacementPlan
 from rayrl.types import Sample, Task, TrajectoryGroup
 

@@ -21,7 +21,7 @@ import ray
 from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.actors import LearnerGroup
 from rayrl.config import load_config
-from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.placement import PlacementPlan
 from rayrl.types import Sample, Task, TrajectoryGroup
 

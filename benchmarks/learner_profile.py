@@ -19,8 +19,8 @@ from benchmarks.learner_mfu import make_groups
 from rayrl.batching import collate
 from rayrl.config import load_config
 from rayrl.engines.learner import Learner
-from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
-from rayrl.placement import free_port
+from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.rendezvous import free_port
 
 # kernel-name fragments per category, first match wins
 CATEGORIES = [("attention", ("flash",)), ("optimizer", ("adam", "foreach", "multi_tensor")),

@@ -28,7 +28,7 @@ import ray
 from benchmarks.common import benchmark_parser, outside_ray_env, print_table, spread, write_result
 from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
-from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.placement import PlacementPlan
 from rayrl.types import GenerationRequest
 

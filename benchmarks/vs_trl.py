@@ -25,7 +25,7 @@ import torch
 from benchmarks.common import benchmark_parser, print_table, spread, write_result
 from rayrl.config import Config, load_config
 from rayrl.data import load_tasks
-from rayrl.models.builder import build_model
+from rayrl.models.demo import build_model
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.rewards.arithmetic import exact_match
 from rayrl.types import Sample, Task

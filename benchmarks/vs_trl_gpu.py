@@ -30,7 +30,7 @@ from benchmarks.async_vs_sync import gpu_overrides, run_once
 from benchmarks.common import outside_ray_env, print_table, spread, write_result
 from benchmarks.gpu_busy import GpuBusySampler
 from benchmarks.trl_gpu import MARKER
-from rayrl.models.builder import QWEN2_0_5B_SHAPE, save_random_qwen2
+from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
 
 PROMPTS, GROUP, LR = 32, 8, 1e-6

@@ -30,7 +30,7 @@ from benchmarks.gpu_learner_check import mismatch
 from rayrl.actors import LearnerGroup, RolloutWorker, WeightBroadcaster
 from rayrl.config import load_config
 from rayrl.data import PromptTemplate
-from rayrl.models.builder import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS, load_tokenizer
 from rayrl.placement import PlacementPlan
 from rayrl.types import GenerationRequest, Task, TrajectoryGroup

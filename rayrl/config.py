@@ -334,6 +334,7 @@ class MetricsConfig(_Section):
     wandb: bool = False
     wandb_project: str = "rayrl"
     wandb_mode: Literal["offline", "online"] = "offline"  # online needs a logged-in wandb (WANDB_API_KEY)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"  # the "rayrl" logger, driver and actors
 
 
 class Config(_Section):

@@ -3,11 +3,14 @@ a dead learner rank stops the run naming the last checkpoint, SIGTERM checkpoint
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
 
 import ray
+
+log = logging.getLogger("rayrl")
 
 
 class RunStopped(RuntimeError):
@@ -112,8 +115,8 @@ class RolloutHealer:
             ray.get(self.rollouts[i].mark_restart.remote(self.restarts[i]))
             run_refs[i] = self.rollouts[i].run.remote()
             self.recoveries.append({"worker": f"rollout-{i}", "seen_at": seen_at, "heal_s": time.perf_counter() - t0})
-            print(f"rayrl: rollout-{i} restarted (restart {self.restarts[i]}); rejoined at the current "
-                  "weights, its prompts requeued", flush=True)
+            log.info("rollout-%d restarted (restart %d); rejoined at the current weights, its prompts requeued",
+                     i, self.restarts[i])
 
 
     def _await_restart(self, i: int, deadline: float) -> None:

@@ -4,6 +4,7 @@ under bounded staleness, sync weights, evaluate before and after, write the run 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import uuid
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import ray
 
-from rayrl import checkpoint, reaper
+from rayrl import checkpoint, logs, reaper
 from rayrl.actors import CriticGroup, Gateway, LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer, WeightBroadcaster
 from rayrl.algorithms.mismatch import MISMATCH_KEYS, summarize_mismatch
 from rayrl.checkpoint import RunState
@@ -20,13 +21,15 @@ from rayrl.config import Config, save_config
 from rayrl.data import PromptStream, PromptTemplate, load_tasks, stream_position
 from rayrl.faults import ActorFailed, RolloutHealer, RunStopped, StopRequest, learner_stopped, wait_all
 from rayrl.metrics import Progress, RayMetrics, RunLog
-from rayrl.models import build_model
+from rayrl.models.demo import build_model
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.placement import PlacementPlan
 from rayrl.placement.storage import check_shared
 from rayrl.preflight import preflight
 from rayrl.rewards.scoring import failing, merge_stats
 from rayrl.types import Task
+
+logger = logging.getLogger("rayrl")
 
 
 def loopback_only() -> None:
@@ -56,6 +59,7 @@ def start_ray(cfg: Config, num_cpus: int) -> bool:
 class Trainer:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
+        logs.configure(cfg.metrics.log_level)
         preflight(cfg)  # before Ray starts and before any model is built
         self.train_tasks, self.eval_tasks = load_tasks(cfg.data)
         name = cfg.metrics.run_name or datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -241,7 +245,7 @@ class Trainer:
         if not stats.get("skipped"):
             return
         self.skipped_steps += 1
-        print(f"rayrl: step {step} skipped: non-finite {stats['skipped']}", flush=True)
+        logger.warning("step %d skipped: non-finite %s", step, stats["skipped"])
         if self.cfg.learner.nonfinite == "stop":
             raise RunStopped(f"step {step}: non-finite {stats['skipped']}, the update was not applied "
                              "(learner.nonfinite=stop)", exit_code=1)
@@ -276,7 +280,7 @@ class Trainer:
             dead = self.healer.dead(run_refs)
             if not dead:
                 raise
-            print(f"rayrl: weight sync failed ({err}); restarting {dead}", flush=True)
+            logger.warning("weight sync failed (%s); restarting %s", err, dead)
             self.healer.heal(run_refs, dead)
             return ray.get(self.broadcaster.sync.remote())
 

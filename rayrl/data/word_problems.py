@@ -7,7 +7,7 @@ import random
 
 from rayrl.config import DataConfig
 from rayrl.types import Task
-from rayrl.workflows.tools import evaluate_arithmetic
+from rayrl.calculator import evaluate_arithmetic
 
 NAMES = ["Ann", "Bob", "Cy", "Dee", "Eve", "Fay", "Gus", "Hal"]
 THINGS = ["pens", "cups", "eggs", "toys", "hats", "keys"]

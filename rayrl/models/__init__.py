@@ -1,6 +1,2 @@
-"""Small local models and tokenizers, built from a config (no hub)."""
-
-from rayrl.models.builder import build_model, load_policy
-from rayrl.models.tokenizer import build_char_tokenizer
-
-__all__ = ["build_model", "build_char_tokenizer", "load_policy"]
+"""Policies: loading one (policy), building the small demo model (demo), random models of real shapes
+(random_qwen2), tokenizers, the learner's scoring head. Import the module you need: each pulls in only its own."""

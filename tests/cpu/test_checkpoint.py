@@ -10,7 +10,8 @@ import torch
 from rayrl.actors import LearnerGroup
 from rayrl.batching import collate
 from rayrl.engines.learner.scoring import token_logprobs
-from rayrl.models import build_model, load_policy
+from rayrl.models.demo import build_model
+from rayrl.models.policy import load_policy
 from rayrl.placement import PlacementPlan
 
 

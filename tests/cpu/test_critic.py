@@ -7,7 +7,7 @@ from __future__ import annotations
 import ray
 
 from rayrl.actors import CriticGroup, LearnerGroup
-from rayrl.models import build_model
+from rayrl.models.demo import build_model
 from rayrl.placement import PlacementPlan
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rayrl.placement import free_port
+from rayrl.rendezvous import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = {"rollout-0", "reward-0", "learner-0", "buffer", "broadcaster"}

@@ -6,7 +6,7 @@ import pytest
 import ray
 
 from rayrl.actors import LearnerGroup
-from rayrl.models import build_model
+from rayrl.models.demo import build_model
 from rayrl.placement import PlacementPlan
 
 
@@ -48,6 +48,6 @@ def test_two_ranks_equal_one(reference, make_cfg, backend):
 
 
 def _initial(model_path):
-    from rayrl.models import load_policy
+    from rayrl.models.policy import load_policy
 
     return dict(load_policy(model_path)[0].named_parameters())

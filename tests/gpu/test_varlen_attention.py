@@ -9,7 +9,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from rayrl.batching import collate
 from rayrl.engines.learner.microbatch import microbatches
 from rayrl.engines.learner.scoring import microbatch_logprobs, token_logprobs
-from rayrl.models.builder import load_policy
+from rayrl.models.policy import load_policy
 from rayrl.models.varlen_attention import VARLEN
 from rayrl.types import Sample, Task, TrajectoryGroup
 

@@ -12,7 +12,8 @@ from rayrl.engines.learner.scoring import token_logprobs
 from rayrl.data import PromptTemplate, split
 from rayrl.engines.rollout.hf import HFRolloutEngine
 from rayrl.engines.transport.base import TensorSpec, pack, plan_buckets, unpack
-from rayrl.models import build_model, load_policy
+from rayrl.models.demo import build_model
+from rayrl.models.policy import load_policy
 from rayrl.types import GenerationRequest, TrajectoryGroup
 
 

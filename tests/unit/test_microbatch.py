@@ -7,7 +7,7 @@ from rayrl.batching import collate
 from rayrl.engines.learner.device import packs_sequences
 from rayrl.engines.learner.microbatch import empty_like, microbatches, plan_microbatches
 from rayrl.engines.learner import Learner
-from rayrl.models import build_model
+from rayrl.models.demo import build_model
 
 
 def test_first_fit_plan_respects_budget_and_keeps_every_sequence():

@@ -6,7 +6,7 @@ import torch
 
 from rayrl.batching import collate
 from rayrl.engines.learner import Learner
-from rayrl.models import build_model
+from rayrl.models.demo import build_model
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
 from rayrl.models.bitwise_ops import enable_batch_invariant_kernels
 from rayrl.models.bitwise_qwen2 import BitwiseQwen2
-from rayrl.models.builder import load_policy
+from rayrl.models.policy import load_policy
 from rayrl.types import Batch
 
 STATE_FILE = "learner_state.pt"  # version, LR schedule and RNG, beside the backend's own files

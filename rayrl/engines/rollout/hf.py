@@ -16,7 +16,7 @@ import torch
 
 from rayrl.config import Config
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
-from rayrl.models.builder import load_policy
+from rayrl.models.policy import load_policy
 from rayrl.types import GenerationRequest, Sample
 
 

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, checked_in_plan_order, pack, unpack
-from rayrl.placement.address import LOOPBACK, rendezvous_file
+from rayrl.rendezvous import LOOPBACK, rendezvous_file
 
 
 class GlooTransport:

@@ -1,4 +1,5 @@
-"""Build a small Qwen2-architecture policy from the config, warm it up, cache it by config hash."""
+"""The demo policy: a small Qwen2-architecture model built offline from the config, warmed up on the task
+(arithmetic or calculator word problems), cached by config hash. Loading any policy is rayrl.models.policy."""
 
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rayrl.config import Config
 from rayrl.data.arithmetic import split
-from rayrl.models.logprob_head import use_logprob_head
 from rayrl.data.word_problems import split_word_problems, warmup_conversations
-from rayrl.models.tokenizer import CHARS, CHAT_TEMPLATE, build_char_tokenizer, build_chat_tokenizer, load_tokenizer
+from rayrl.models.tokenizer import CHARS, CHAT_TEMPLATE, build_char_tokenizer, build_chat_tokenizer
 from rayrl.models.warmup import chat_rows, supervised_warmup
 from rayrl.workflows.tools import calculator
 
@@ -87,47 +87,3 @@ def _warmup_rows(cfg: Config, tokenizer) -> list:
         return train
     train, _ = split_word_problems(cfg.data)
     return chat_rows(tokenizer, warmup_conversations(train, cfg.model.build.seed), [calculator.schema()])
-
-
-def load_policy(path: str | os.PathLike, attn_implementation: str = "eager", logprob_chunk_tokens: int | None = None,
-                compile_layers: bool = False):
-    """(model in fp32, tokenizer) from a local directory, offline. Eager attention on CPU keeps
-    rollout and learner log-probs equal to 1e-5; GPU learners pass the varlen kernel. Learners pass
-    logprob_chunk_tokens (learner.logprob_chunk_tokens) to score through a TokenLogprobHead, and
-    compile_layers (learner.compile) to torch.compile each decoder layer and that head."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
-    if logprob_chunk_tokens is not None:
-        use_logprob_head(model, logprob_chunk_tokens, compiled=compile_layers)
-    if compile_layers:
-        for layer in model.model.layers:
-            layer.compile()  # before sharding: FSDP2 / ZeRO hooks stay outside the compiled graph
-    tokenizer = load_tokenizer(path)
-    return model, tokenizer
-
-
-QWEN2_0_5B_SHAPE = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                        num_key_value_heads=2, head_dim=64, vocab_size=151936)
-QWEN2_1_5B_SHAPE = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                        num_key_value_heads=2, head_dim=128, vocab_size=151936)
-
-
-def save_random_qwen2(out: str | os.PathLike, initializer_range: float = 0.02, dtype=torch.bfloat16,
-                      chars: list[str] = CHARS, weights: bool = True, **shape) -> Path:
-    """A randomly initialised Qwen2 of the given shape plus a char tokenizer over chars, saved offline.
-
-    A large initializer_range makes next-token distributions peaked rather than near-uniform.
-    weights=False writes config and tokenizer only, for vLLM's load_format="dummy"."""
-    out = Path(out)
-    tokenizer = build_char_tokenizer(chars)
-    shape = {"vocab_size": len(tokenizer), **shape}
-    config = Qwen2Config(**shape, max_position_embeddings=4096, tie_word_embeddings=shape["hidden_size"] < 2048,
-                         initializer_range=initializer_range, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         torch_dtype=str(dtype).removeprefix("torch."))
-    if weights:
-        torch.manual_seed(0)
-        Qwen2ForCausalLM(config).to(dtype).save_pretrained(out)
-    else:
-        config.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
