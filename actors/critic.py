@@ -8,7 +8,7 @@ import ray
 from rayrl.actors.learner import fetch_batch, init_process_group
 from rayrl.batching import completion_values, place_completion_values
 from rayrl.config import Config
-from rayrl.engines.learner.critic import Critic
+from rayrl import components
 from rayrl.faults import wait_all
 from rayrl.placement import node_address
 
@@ -19,7 +19,7 @@ class CriticWorker:
                  master: tuple[str, int, str] | None = None) -> None:
         if cfg.learner.backend != "torch":
             init_process_group(cfg, rank, world_size, master)
-        self.critic, self.pad_id = Critic(cfg, model_path, num_threads), pad_id
+        self.critic, self.pad_id = components.critic(cfg, model_path, num_threads), pad_id
 
     def values(self, refs: list[list[ray.ObjectRef]]) -> dict[str, list[list[float]]]:
         """The values of this rank's groups' completion tokens, per task id."""

@@ -9,10 +9,10 @@ import ray
 import torch
 import torch.distributed as dist
 
+from rayrl import components
 from rayrl.batching import batch_stats, collate, completion_values, place_completion_values
 from rayrl.config import Config
 from rayrl.engines.device_memory import PeakMemory
-from rayrl.engines.learner import Learner
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan_buckets
 from rayrl.faults import wait_all
@@ -50,7 +50,7 @@ class LearnerWorker:
         self.rank, self.world_size, self.cfg = rank, world_size, cfg
         if cfg.learner.backend != "torch":
             init_process_group(cfg, rank, world_size, master)
-        self.learner = Learner(cfg, model_path, num_threads)
+        self.learner = components.learner(cfg, model_path, num_threads)
         self.pad_id = self.learner.tokenizer.pad_token_id
         self.transport = None
 

@@ -7,17 +7,15 @@ episodes are in flight."""
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 
 import ray
+from rayrl import components
 from rayrl.coalesce import Coalescer
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.device_memory import device_used_gb
-from rayrl.engines.registry import ROLLOUT_ENGINES, resolve
-from rayrl.imports import load_object
 from rayrl.metrics import RayMetrics
 from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
 from rayrl.workflows.base import EpisodeEngine, Sampling, request_seed
@@ -42,12 +40,10 @@ class RolloutWorker:
         self.label = f"rollout-{index}"  # "rollout-0 restart 1" once the driver brought it back
         self.life = 0  # restarts so far, set by the driver: the buffer ignores calls of earlier lives
         self.template, self.buffer, self.rewards = template, buffer, rewards
-        engine_cls = resolve(ROLLOUT_ENGINES, cfg.model.backend, "model.backend")
-        self.engine = engine_cls(model_path, cfg, num_threads, template.tokenizer)
-        workflow_cls = load_object(cfg.rollout.workflow, "rollout.workflow", search_path or [os.getcwd()], "class")
-        self.workflow = workflow_cls(cfg)
+        self.engine = components.rollout_engine(cfg, model_path, num_threads, template.tokenizer)
+        self.workflow = components.workflow(cfg, search_path)
         r = cfg.rollout
-        max_context = r.max_model_len or self.engine.max_context or 1 << 30
+        max_context = self.engine.max_context or 1 << 30
         common = dict(template=template, max_context=max_context, gateway=gateway, gateway_url=gateway_url, worker=index)
         self.train_engine = EpisodeEngine(self.generate, self._score,
                                           sampling=Sampling(r.group_size, r.temperature, r.max_new_tokens, r.seed,

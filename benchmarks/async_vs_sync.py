@@ -8,7 +8,7 @@ order of the η values alternating (0,1,2,4 then 4,2,1,0, ...); medians and spre
 --gpus 0: the config as given (recipes/arithmetic_grpo.yaml: hf engine, torch learner, on CPU).
 --gpus 1 or 2: a Qwen2-0.5B-shaped model with random weights, vLLM rollout (CUDA graphs), FSDP2 learner in bf16
 (compiled), fixed-length generations (rollout.ignore_eos). One GPU: both sides share it at once (placement.mode=share,
-memory split by rollout.gpu_memory_utilization and learner.gpu_memory_fraction, weights over CUDA IPC);
+memory split by vllm.gpu_memory_utilization and learner.gpu_memory_fraction, weights over CUDA IPC);
 two GPUs: one each (placement.mode=split, NCCL).
 Per run, over the steps after --warmup: step time, the driver's wait for a batch (generation, rewards, hops),
 training + weight sync, each role's busy share of the step, and each GPU's busy fraction (NVML). Per repeat:
@@ -42,22 +42,22 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128) -> list[str
     """The GPU setting: generation and training of comparable length, nothing that learns (random weights).
     Both sides tuned as a user would tune a synchronous run: vLLM with CUDA graphs, the learner compiled, with
     micro-batches large enough to keep the device fed."""
-    common = [f"cluster.n_gpus_per_node={gpus}", "model.backend=vllm", f"model.path={model}", "rollout.dtype=bfloat16",
-              "rollout.enforce_eager=false", "rollout.max_model_len=512", "rollout.ignore_eos=true",
+    common = [f"cluster.n_gpus_per_node={gpus}", "rollout.engine=vllm", f"model.path={model}", "vllm.dtype=bfloat16",
+              "vllm.enforce_eager=false", "vllm.max_model_len=512", "rollout.ignore_eos=true",
               f"rollout.max_new_tokens={max_new_tokens}", "rollout.batch_size=32", "rollout.group_size=8",
               "rollout.temperature=1.0", "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.compile=true",
               "learner.max_tokens_per_micro_batch=16384", "learner.lr=1e-6", "algorithm.beta=0",
               "algorithm.dynamic_sampling=false", "data.eval_size=16", "sync.dtype=bfloat16"]
     if gpus == 1:
-        return common + ["placement.mode=share", "sync.transport=ipc", "rollout.gpu_memory_utilization=0.3",
+        return common + ["placement.mode=share", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.3",
                          "learner.gpu_memory_fraction=0.6"]
-    return common + ["placement.mode=split", "sync.transport=nccl", "rollout.gpu_memory_utilization=0.85"]
+    return common + ["placement.mode=split", "sync.transport=nccl", "vllm.gpu_memory_utilization=0.85"]
 
 
 def run_once(config: str | None, overrides: list[str], eta: int, steps: int, warmup: int, name: str,
              sampler: GpuBusySampler) -> dict:
     cfg = load_config(config, [*overrides, f"learner.total_steps={steps}", f"rollout.max_staleness={eta}",
-                               "metrics.progress=false", "metrics.eval_every_steps=0", "checkpoint.save_final=false",
+                               "metrics.progress=false", "eval.every_steps=0", "checkpoint.save_final=false",
                                f"metrics.run_name={name}", "scheduler.include_dashboard=false"])
     start_ray(cfg, 3)
     s = train(cfg)

@@ -148,7 +148,7 @@ def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, ta
 
     overrides = [f"model.path={model_dir}", f"data.path={data}", f"learner.total_steps={steps}",
                  "learner.lr_warmup_steps=0", "rollout.batch_size=16", "rollout.temperature=1.0", "data.eval_size=32",
-                 "rollout.enforce_eager=true", "algorithm.dynamic_sampling=false", "scheduler.include_dashboard=false",
+                 "vllm.enforce_eager=true", "algorithm.dynamic_sampling=false", "scheduler.include_dashboard=false",
                  f"metrics.run_dir={out}", f"metrics.run_name={tag}", "metrics.progress=false",
                  f"rollout.bitwise_on_policy={str(bitwise).lower()}", *extra]
     summary = train(load_config("recipes/gsm8k_grpo_1gpu.yaml", overrides))

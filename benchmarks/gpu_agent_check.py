@@ -17,7 +17,7 @@ from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.actors import Gateway, RewardActor, RolloutWorker, TrajectoryBuffer
 from rayrl.config import load_config
 from rayrl.data import PromptTemplate, load_tasks
-from rayrl.models.demo import build_model
+from rayrl.components import demo_model
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.types import GenerationRequest
 from rayrl.workflows.base import Sampling
@@ -50,18 +50,18 @@ def main() -> None:
     p.add_argument("--gpu", type=int, default=1)
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
-    gpu = ["cluster.n_gpus_per_node=1", "rollout.gpu_memory_utilization=0.3"] if args.gpu else ["rollout.cpu_kv_cache_gb=0.25"]
-    cfg = load_config("recipes/calculator_agent.yaml", [*gpu, "model.backend=vllm", "rollout.enforce_eager=true",
-                                                        "rollout.dtype=float32", *args.overrides])
+    gpu = ["cluster.n_gpus_per_node=1", "vllm.gpu_memory_utilization=0.3"] if args.gpu else ["vllm.cpu_kv_cache_gb=0.25"]
+    cfg = load_config("recipes/calculator_agent.yaml", [*gpu, "rollout.engine=vllm", "vllm.enforce_eager=true",
+                                                        "vllm.dtype=float32", *args.overrides])
     ray.init(address="local", include_dashboard=False)
-    model = str(build_model(cfg))
+    model = str(demo_model(cfg))
     template = ray.put(PromptTemplate(load_tokenizer(model)))
     _, held_out = load_tasks(cfg.data)
     buffer = TrajectoryBuffer.remote(8, 1)
     rewards = [RewardActor.options(max_concurrency=4).remote(cfg)]
     gateway = Gateway.remote(cfg, template, [])
     url = ray.get(gateway.start.remote())
-    hf_cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"backend": "hf"})})
+    hf_cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"engine": "hf"})})
     vllm = RolloutWorker.options(num_gpus=args.gpu).remote(0, cfg, model, template, buffer, rewards, 4, gateway, url)
     hf = RolloutWorker.options(num_gpus=0).remote(1, hf_cfg, model, template, buffer, rewards, 4, gateway, url)
     rows = []

@@ -4,7 +4,7 @@ completions, and the learner rescores them: the rollout-training mismatch over >
 (mean |Δ log p|, token_mult_prob_error = mean exp|Δ|, k3 KL; the worst token is reported, not a bar).
 
     python -m benchmarks.gpu_learner_check [--backends fsdp,zero3] [--gpus N] [--out DIR] [key=value ...]
-    (overrides such as model.lm_head_fp32=true apply to learners and vLLM alike)
+    (overrides such as vllm.lm_head_fp32=true apply to learners and vLLM alike)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from benchmarks.common import benchmark_parser, print_table, run_outside_ray, wr
 from rayrl.actors import CriticGroup, LearnerGroup
 from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
-from rayrl.models.demo import build_model
+from rayrl.components import demo_model
 from rayrl.placement import PlacementPlan
 from rayrl.types import Sample, Task, TrajectoryGroup
 
@@ -102,7 +102,7 @@ def check(backend: list[str], base: Path, prompts: list[list[int]], gpus: int, o
             critic_losses.append(critic.train(items, stats.pop("returns"), values)["critic_loss"])
         export = base.parent / f"export-{name}"
         group.save(str(export))
-        vllm = vllm_scores(str(export), prompts, 8, cfg.model.lm_head_fp32)
+        vllm = vllm_scores(str(export), prompts, 8, cfg.vllm.lm_head_fp32)
         seqs = vllm["decode"]
         probe = [TrajectoryGroup(Task(str(i), "", "0"), [Sample(str(i), p, toks, lps, [0] * len(toks), "length")])
                  for i, (p, (toks, lps)) in enumerate(zip(prompts, seqs))]
@@ -137,8 +137,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp())
     # the arithmetic policy built from config and warmed up: trained, so its next-token
     # distributions are peaked (a random model's are near-uniform and would prove little)
-    cfg = load_config(None, [f"model.cache_dir={work}"])
-    base = build_model(cfg)
+    cfg = load_config(None, [f"demo.cache_dir={work}"])
+    base = demo_model(cfg)
     from rayrl.data import PromptTemplate, split
     from transformers import AutoTokenizer
 
@@ -155,7 +155,7 @@ def main() -> None:
                    and all(math.isfinite(x) for x in r["losses"] + r["critic_losses"]))
     print_table(rows, ["backend", "gpus", "mismatch_tokens", "mismatch_abs_mean", "token_mult_prob_error", "mismatch_k3",
                        "mismatch_max", "max_vllm_decode_vs_prefill", "max_vllm_bf16_vs_fp32", "mean_token_prob", "ok"])
-    path = write_result("gpu_learner_check", {"model": str(cfg.model.build.model_dump()), "overrides": args.overrides,
+    path = write_result("gpu_learner_check", {"model": str(cfg.demo.model_dump()), "overrides": args.overrides,
                                               "rows": rows}, args.commit)
     if args.out:
         Path(args.out, "gpu_learner_check.json").write_text(json.dumps(rows, indent=2))

@@ -25,15 +25,15 @@ def _diffs(learner_lp, groups) -> list[float]:
 
 
 GPU = ["cluster.n_gpus_per_node=2", "sync.transport=nccl"]
-SMOKE = ["cluster.n_gpus_per_node=0", "sync.transport=gloo", "rollout.cpu_kv_cache_gb=0.25"]  # CPU: checks the script
+SMOKE = ["cluster.n_gpus_per_node=0", "sync.transport=gloo", "vllm.cpu_kv_cache_gb=0.25"]  # CPU: checks the script
 
 
 def check(dtype: str, work: str, placement: list[str]) -> dict:
     cfg = load_config(None, [
-        *placement, "model.backend=vllm", "learner.backend=fsdp",
-        f"learner.dtype={dtype}", f"rollout.dtype={dtype}", "rollout.enforce_eager=true",
-        "rollout.gpu_memory_utilization=0.3", "rollout.temperature=1.0", "learner.lr=2e-4",
-        "rollout.max_new_tokens=8", f"model.cache_dir={work}/models", f"metrics.run_dir={work}/runs",
+        *placement, "rollout.engine=vllm", "learner.backend=fsdp",
+        f"learner.dtype={dtype}", f"vllm.dtype={dtype}", "vllm.enforce_eager=true",
+        "vllm.gpu_memory_utilization=0.3", "rollout.temperature=1.0", "learner.lr=2e-4",
+        "rollout.max_new_tokens=8", f"demo.cache_dir={work}/models", f"metrics.run_dir={work}/runs",
         f"metrics.run_name=check-{dtype}", "metrics.progress=false"])
     t = Trainer(cfg)
     t.setup()

@@ -18,7 +18,7 @@ from benchmarks.common import benchmark_parser, print_table, write_result
 from benchmarks.learner_mfu import make_groups
 from rayrl.batching import collate
 from rayrl.config import load_config
-from rayrl.engines.learner import Learner
+from rayrl import components
 from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.rendezvous import free_port
 
@@ -48,7 +48,7 @@ def main() -> None:
                              f"learner.max_tokens_per_micro_batch={args.tokens}", f"learner.pack_sequences={args.packed}",
                              f"learner.compile={args.compile}",
                              "algorithm.off_policy_correction=false", f"model.path={model_dir}"])
-    learner = Learner(cfg, str(model_dir))
+    learner = components.learner(cfg, str(model_dir))
     batch = collate(make_groups(16, 8), learner.tokenizer.pad_token_id)
     learner.train_step(batch)  # warm-up
     torch.cuda.synchronize()

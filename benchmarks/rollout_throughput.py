@@ -136,10 +136,10 @@ def main() -> None:
               "enforce_eager": not gpu, "tensor_parallel_size": args.tp, "hf_overrides": head_overrides(True)}
     sampling = {"n": 1, "max_tokens": max_tokens, "temperature": 0.7, "ignore_eos": True, "logprobs": 0,
                 "detokenize": False}
-    overrides = ["model.backend=vllm", "model.lm_head_fp32=true", "rollout.load_format=dummy", "rollout.dtype=bfloat16",
-                 f"rollout.max_model_len={max_len}", f"rollout.gpu_memory_utilization={args.memory_share}",
-                 f"rollout.kv_cache_gb={kv_gb}", f"rollout.enforce_eager={str(not gpu).lower()}",
-                 f"rollout.tensor_parallel_size={args.tp}", f"cluster.n_gpus_per_node={args.tp if gpu else 0}"]
+    overrides = ["rollout.engine=vllm", "vllm.lm_head_fp32=true", "vllm.load_format=dummy", "vllm.dtype=bfloat16",
+                 f"vllm.max_model_len={max_len}", f"vllm.gpu_memory_utilization={args.memory_share}",
+                 f"vllm.kv_cache_gb={kv_gb}", f"vllm.enforce_eager={str(not gpu).lower()}",
+                 f"vllm.tensor_parallel_size={args.tp}", f"cluster.n_gpus_per_node={args.tp if gpu else 0}"]
     raw = RawVLLM(engine, sampling, prompts)
     ours = OurWorker(model_dir, overrides, prompts, max_tokens)
     windows = []

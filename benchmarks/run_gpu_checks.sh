@@ -75,7 +75,7 @@ run_mode() {
     fixtures
     CUDA_VISIBLE_DEVICES=0 step gsm8k_1gpu 480 python3 -m benchmarks.recipe_run --commit "$commit" \
       --config recipes/gsm8k_grpo_1gpu.yaml model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=5 \
-      learner.lr_warmup_steps=0 rollout.batch_size=16 data.eval_size=32 rollout.enforce_eager=true \
+      learner.lr_warmup_steps=0 rollout.batch_size=16 data.eval_size=32 vllm.enforce_eager=true \
       algorithm.dynamic_sampling=false \
       scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name=gsm8k-1gpu metrics.progress=false
     ;;
@@ -85,14 +85,14 @@ run_mode() {
     fixtures
     step gsm8k_recipe 330 python3 -m benchmarks.recipe_run --commit "$commit" --config recipes/gsm8k_grpo.yaml \
       model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=3 rollout.batch_size=16 \
-      data.eval_size=32 rollout.enforce_eager=true scheduler.include_dashboard=false metrics.run_dir="$out/runs" \
+      data.eval_size=32 vllm.enforce_eager=true scheduler.include_dashboard=false metrics.run_dir="$out/runs" \
       metrics.run_name=gsm8k-3 metrics.progress=false
     ;;
   faults)
     fixtures
     step fault_check 480 python3 -m benchmarks.fault_check --commit "$commit" --config recipes/gsm8k_grpo.yaml \
       model.path="$work/model" data.path="$work/gsm8k.jsonl" rollout.batch_size=16 data.eval_size=32 \
-      rollout.enforce_eager=true metrics.run_dir="$out/runs" metrics.progress=false checkpoint.save_final=false
+      vllm.enforce_eager=true metrics.run_dir="$out/runs" metrics.progress=false checkpoint.save_final=false
     ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
   *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, bitwise-test, bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;

@@ -84,7 +84,7 @@ def main() -> None:
         for variant in order:
             cfg = load_config("recipes/arithmetic_grpo.yaml", [
                 *BASE, *VARIANTS[variant], *args.overrides, f"learner.total_steps={args.steps}",
-                f"metrics.eval_every_steps={args.eval_every}", f"rollout.seed={seed}", f"learner.seed={seed}",
+                f"eval.every_steps={args.eval_every}", f"rollout.seed={seed}", f"learner.seed={seed}",
                 f"metrics.run_name=staleness-{variant}-{seed}"])
             start_ray(cfg, 3)
             s = train(cfg)

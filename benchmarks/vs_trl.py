@@ -25,7 +25,7 @@ import torch
 from benchmarks.common import benchmark_parser, print_table, spread, write_result
 from rayrl.config import Config, load_config
 from rayrl.data import load_tasks
-from rayrl.models.demo import build_model
+from rayrl.components import demo_model
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.rewards.arithmetic import exact_match
 from rayrl.types import Sample, Task
@@ -137,8 +137,8 @@ def run_rayrl(backend: str, steps: int, eval_every: int, overrides: list[str]) -
 
     from rayrl.trainer import start_ray, train
 
-    cfg = load_config(RECIPE, [*SAME, *overrides, f"model.backend={backend}", f"learner.total_steps={steps}",
-                               f"metrics.eval_every_steps={eval_every}", "metrics.progress=false",
+    cfg = load_config(RECIPE, [*SAME, *overrides, f"rollout.engine={backend}", f"learner.total_steps={steps}",
+                               f"eval.every_steps={eval_every}", "metrics.progress=false",
                                "checkpoint.save_final=false", f"metrics.run_name=vs-trl-{backend}",
                                "scheduler.include_dashboard=false"])
     start_ray(cfg, 3)
@@ -210,7 +210,7 @@ def main() -> None:
         return vs_trl_gpu.main(args, list(args.overrides))
     args.steps = args.steps or 150
     cfg = load_config(RECIPE, [*SAME, *args.overrides])
-    model_path = build_model(cfg)
+    model_path = demo_model(cfg)
     systems, runs = args.systems.split(","), []
     for rep in range(args.repeats):
         for system in (systems if rep % 2 == 0 else systems[::-1]):

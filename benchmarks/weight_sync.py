@@ -111,9 +111,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp())
     model = save_random_qwen2(work / "model", chars=TEXT_CHARS, **QWEN2_1_5B_SHAPE)
     cfg = load_config(None, [
-        "cluster.n_gpus_per_node=1", "placement.mode=colocate", "rollout.max_staleness=0", "model.backend=vllm",
-        f"model.path={model}", "rollout.load_format=dummy", "rollout.dtype=bfloat16", "rollout.enforce_eager=true",
-        "rollout.max_model_len=512", "rollout.gpu_memory_utilization=0.3", "rollout.temperature=1.0",
+        "cluster.n_gpus_per_node=1", "placement.mode=colocate", "rollout.max_staleness=0", "rollout.engine=vllm",
+        f"model.path={model}", "vllm.load_format=dummy", "vllm.dtype=bfloat16", "vllm.enforce_eager=true",
+        "vllm.max_model_len=512", "vllm.gpu_memory_utilization=0.3", "rollout.temperature=1.0",
         "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.lr=1e-3", "learner.offload_optimizer=true",
         "algorithm.beta=0", "sync.transport=ipc", "sync.dtype=bfloat16", *args.overrides])
     ray.init(address="local", include_dashboard=False)

@@ -1,11 +1,14 @@
-"""Configuration text: YAML files and dotted key=value overrides, read into nested dicts."""
+"""Configuration text: YAML files and dotted key=value overrides read into nested dicts, and validation errors
+turned into lines that name the key."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 
 class ConfigError(ValueError):
@@ -57,3 +60,34 @@ def merge(base: dict, extra: dict) -> dict:
     for k, v in extra.items():
         out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+def known_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys.extend(known_keys(ann, f"{prefix}{name}."))
+        else:
+            keys.append(f"{prefix}{name}")
+    return keys
+
+
+def explain(err, config_cls, sections: dict) -> str:
+    """pydantic's errors as lines naming each key (a close known key for a typo, the rule for a rule)."""
+    known = known_keys(config_cls)
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            lines.append(f"unknown config key '{key}'{hint}")
+        elif e["type"] == "value_error" and isinstance(e.get("input"), dict):  # a rule across several keys
+            lines.append(e["msg"].removeprefix("Value error, "))
+        elif key in sections and e["type"] == "model_type":
+            lines.append(f"'{key}' is a section of keys (e.g. {key}.{next(iter(sections[key].model_fields))}=...), "
+                         f"not a value (got {e.get('input')!r})")
+        else:
+            lines.append(f"bad value for '{key}': {e['msg']} (got {e.get('input')!r})")
+    return "invalid config:\n  " + "\n  ".join(lines)

@@ -21,7 +21,7 @@ from rayrl.config import Config, save_config
 from rayrl.data import PromptStream, PromptTemplate, load_tasks, stream_position
 from rayrl.faults import ActorFailed, RolloutHealer, RunStopped, StopRequest, learner_stopped, wait_all
 from rayrl.metrics import Progress, RayMetrics, RunLog
-from rayrl.models.demo import build_model
+from rayrl.components import demo_model
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.placement import PlacementPlan
 from rayrl.placement.storage import check_shared
@@ -87,7 +87,7 @@ class Trainer:
         save_config(cfg, self.run_dir / "config.yaml")
         self.placement = PlacementPlan(cfg, name=f"rayrl-{self.run_dir.name}")
         self.started_ray = start_ray(cfg, self.placement.total_cpus)
-        self.model_path = str(build_model(cfg))
+        self.model_path = str(demo_model(cfg))
         check_shared(self._checkpoint_root())  # with several nodes: one directory that every node sees
         self.placement.create()
         # once; kept by the driver, since a restarting rollout worker needs its constructor arguments again
@@ -171,11 +171,11 @@ class Trainer:
     def evaluate(self, tasks: list[Task]) -> float:
         """Held-out accuracy (greedy by default): the workflow's episodes, spread over the rollout workers.
         A sample counts as a success at reward >= 1; a task the workflow rejects counts as failed."""
-        r, k = self.cfg.rollout, len(self.rollouts)
-        parts = ray.get([w.evaluate.remote(tasks[i::k], r.eval_samples_per_task, r.eval_temperature)
+        e, k = self.cfg.eval, len(self.rollouts)
+        parts = ray.get([w.evaluate.remote(tasks[i::k], e.samples_per_task, e.temperature)
                          for i, w in enumerate(self.rollouts)])
         successes = sum(s.reward >= 1.0 for part in parts for g in part for s in g.samples)
-        return successes / max(1, len(tasks) * r.eval_samples_per_task)
+        return successes / max(1, len(tasks) * e.samples_per_task)
 
     def next_batch(self, run_refs: list) -> list[list[ray.ObjectRef]]:
         """The buffer's next batch (list-wrapped refs), in stream order; a rollout worker that died
@@ -384,7 +384,7 @@ class Trainer:
             rec = {"step": step, **stats, "sampled_reward_mean": self.sampled_reward(stats),
                    "reward_failures": self.reward_failures(), "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds,
                    "step_s": t3 - t0, "samples_per_s": loop_samples / (t3 - t_loop)}
-            eval_every = cfg.metrics.eval_every_steps
+            eval_every = cfg.eval.every_steps
             if eval_every and step % eval_every == 0 and step < cfg.learner.total_steps:  # the last is the summary's
                 t_eval = time.perf_counter()
                 rec["eval_accuracy"] = self.evaluate(self.eval_tasks)

@@ -25,7 +25,7 @@ def make_cfg(model_cache, tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
 
     def make(*overrides: str) -> Config:
-        base = [f"model.cache_dir={model_cache}", f"metrics.run_dir={runs}", "metrics.progress=false",
+        base = [f"demo.cache_dir={model_cache}", f"metrics.run_dir={runs}", "metrics.progress=false",
                 "rollout.batch_size=8", "rollout.group_size=4", "learner.total_steps=3",
                 "data.eval_size=40", "checkpoint.save_final=false", "algorithm.dynamic_sampling=false"]
         return load_config(None, base + list(overrides))
@@ -40,7 +40,7 @@ def agent_cfg(model_cache, tmp_path_factory):
 
     def make(*overrides: str) -> Config:
         return load_config(ROOT / "recipes" / "calculator_agent.yaml", [
-            f"model.cache_dir={model_cache}", f"metrics.run_dir={runs}", "metrics.progress=false",
+            f"demo.cache_dir={model_cache}", f"metrics.run_dir={runs}", "metrics.progress=false",
             "checkpoint.save_final=false", "scheduler.include_dashboard=false", *overrides])
 
     return make

@@ -56,10 +56,10 @@ def reverse_cumsum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 # sequence-level estimators: the sequence's reward (minus its KL when kl_in_reward) -> one advantage [B]
 SEQUENCE_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, AlgorithmConfig], torch.Tensor]] = {
-    "grpo": lambda r, g, cfg: group_advantages(r, g, cfg.std_normalize, cfg.eps),
-    "dapo": lambda r, g, cfg: group_advantages(r, g, cfg.std_normalize, cfg.eps),
-    "gspo": lambda r, g, cfg: group_advantages(r, g, cfg.std_normalize, cfg.eps),
-    "dr_grpo": lambda r, g, cfg: group_advantages(r, g, False, cfg.eps),  # no std, no length normalisation
+    "grpo": lambda r, g, cfg: group_advantages(r, g, cfg.std_normalize, cfg.advantage_std_eps),
+    "dapo": lambda r, g, cfg: group_advantages(r, g, cfg.std_normalize, cfg.advantage_std_eps),
+    "gspo": lambda r, g, cfg: group_advantages(r, g, cfg.std_normalize, cfg.advantage_std_eps),
+    "dr_grpo": lambda r, g, cfg: group_advantages(r, g, False, cfg.advantage_std_eps),  # no std, no length normalisation
     "rloo": lambda r, g, cfg: leave_one_out_advantages(r, g),
 }
 
@@ -75,11 +75,11 @@ def advantages(rewards: torch.Tensor, group_index: torch.Tensor, mask: torch.Ten
         return seq.unsqueeze(1) * mask, None
     if cfg.type == "reinforce_pp":  # REINFORCE++: token returns to go, normalised over the batch's tokens
         returns = rewards.unsqueeze(1) * mask + reverse_cumsum(penalty, mask)
-        return masked_whiten(returns, mask, cfg.eps), None
+        return masked_whiten(returns, mask, cfg.advantage_std_eps), None
     if cfg.type == "ppo":
         if values is None:
             raise ValueError("algorithm.type=ppo needs the critic's values")
         token_rewards = penalty + rewards.unsqueeze(1) * last_token(mask)
         adv, returns = gae(token_rewards, values, mask, cfg.gae_gamma, cfg.gae_lambda)
-        return masked_whiten(adv, mask, cfg.eps), returns
+        return masked_whiten(adv, mask, cfg.advantage_std_eps), returns
     raise ValueError(f"unknown algorithm.type {cfg.type!r}")

@@ -14,7 +14,7 @@ import torch
 import transformers
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rayrl.config import Config
+from rayrl.config import DataConfig, DemoConfig, ModelConfig
 from rayrl.data.arithmetic import split
 from rayrl.data.word_problems import split_word_problems, warmup_conversations
 from rayrl.models.tokenizer import CHARS, CHAT_TEMPLATE, build_char_tokenizer, build_chat_tokenizer
@@ -22,20 +22,19 @@ from rayrl.models.warmup import chat_rows, supervised_warmup
 from rayrl.workflows.tools import calculator
 
 
-def _build_hash(cfg: Config) -> str:
+def _build_hash(demo: DemoConfig, data: DataConfig) -> str:
     key = {
-        "build": cfg.model.build.model_dump(),
-        "data": cfg.data.model_dump(),
+        "build": demo.model_dump(exclude={"cache_dir"}),
+        "data": data.model_dump(),
         "chars": "".join(CHARS),
-        **({"chat_template": CHAT_TEMPLATE} if cfg.data.task != "arithmetic" else {}),
+        **({"chat_template": CHAT_TEMPLATE} if data.task != "arithmetic" else {}),
         "transformers": transformers.__version__,
         "torch": torch.__version__.split("+")[0],
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def qwen2_config(cfg: Config, vocab_size: int, tokenizer) -> Qwen2Config:
-    b = cfg.model.build
+def qwen2_config(b: DemoConfig, vocab_size: int, tokenizer) -> Qwen2Config:
     return Qwen2Config(
         vocab_size=vocab_size, hidden_size=b.hidden_size, intermediate_size=b.intermediate_size,
         num_hidden_layers=b.num_layers, num_attention_heads=b.num_heads, num_key_value_heads=b.num_kv_heads,
@@ -45,33 +44,34 @@ def qwen2_config(cfg: Config, vocab_size: int, tokenizer) -> Qwen2Config:
     )
 
 
-def build_model(cfg: Config) -> Path:
-    """Return a local HF directory for the policy: model.path if given, else a cached built one."""
-    if cfg.model.path is not None:
-        path = Path(cfg.model.path).expanduser()
+def build_model(model: ModelConfig, demo: DemoConfig, data: DataConfig) -> Path:
+    """Return a local HF directory for the policy: model.path if given, else the demo model built for the task
+    (cached by a hash of demo.* and data.*)."""
+    if model.path is not None:
+        path = Path(model.path).expanduser()
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"model.path '{cfg.model.path}' has no config.json; "
+            raise FileNotFoundError(f"model.path '{model.path}' has no config.json; "
                                     "give a local Hugging Face model directory or leave model.path unset")
         return path
-    if cfg.data.task not in ("arithmetic", "word_problems"):
-        raise ValueError(f"data.task={cfg.data.task} needs model.path (a local Hugging Face model directory); "
+    if data.task not in ("arithmetic", "word_problems"):
+        raise ValueError(f"data.task={data.task} needs model.path (a local Hugging Face model directory); "
                          "only the arithmetic and word_problems tasks build their own model")
-    name = "arith" if cfg.data.task == "arithmetic" else cfg.data.task
-    out = Path(cfg.model.cache_dir).expanduser() / f"qwen2-{name}-{_build_hash(cfg)}"
+    name = "arith" if data.task == "arithmetic" else data.task
+    out = Path(demo.cache_dir).expanduser() / f"qwen2-{name}-{_build_hash(demo, data)}"
     if (out / "config.json").is_file():
         return out
-    tokenizer = build_char_tokenizer() if cfg.data.task == "arithmetic" else build_chat_tokenizer()
+    tokenizer = build_char_tokenizer() if data.task == "arithmetic" else build_chat_tokenizer()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: the same bits on every machine for the same config
     try:
-        torch.manual_seed(cfg.model.build.seed)
-        model = Qwen2ForCausalLM(qwen2_config(cfg, len(tokenizer), tokenizer))
-        supervised_warmup(model, tokenizer, _warmup_rows(cfg, tokenizer), cfg.model.build)
+        torch.manual_seed(demo.seed)
+        built = Qwen2ForCausalLM(qwen2_config(demo, len(tokenizer), tokenizer))
+        supervised_warmup(built, tokenizer, _warmup_rows(demo, data, tokenizer), demo)
     finally:
         torch.set_num_threads(threads)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))
-    model.save_pretrained(tmp)
+    built.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     try:
         os.replace(tmp, out)  # atomic: a concurrent builder of the same hash loses the race harmlessly
@@ -80,10 +80,10 @@ def build_model(cfg: Config) -> Path:
     return out
 
 
-def _warmup_rows(cfg: Config, tokenizer) -> list:
+def _warmup_rows(demo: DemoConfig, data: DataConfig, tokenizer) -> list:
     """arithmetic: prompt -> answer pairs; word_problems: calculator-agent transcripts through the chat template."""
-    if cfg.data.task == "arithmetic":
-        train, _ = split(cfg.data)
+    if data.task == "arithmetic":
+        train, _ = split(data)
         return train
-    train, _ = split_word_problems(cfg.data)
-    return chat_rows(tokenizer, warmup_conversations(train, cfg.model.build.seed), [calculator.schema()])
+    train, _ = split_word_problems(data)
+    return chat_rows(tokenizer, warmup_conversations(train, demo.seed), [calculator.schema()])

@@ -2,7 +2,7 @@
 it returns each target token's log-prob, computed chunk by chunk in fp32 (recomputed in backward).
 
 It keeps a learner's micro-batches large (full fp32 logits of a 152k vocabulary are 0.6 MB a token)
-and gives bf16 learners fp32 logits, as vLLM's head_dtype=float32 does (model.lm_head_fp32).
+and gives bf16 learners fp32 logits, as vLLM's head_dtype=float32 does (vllm.lm_head_fp32).
 Outside `scoring()` it is exactly nn.Linear, so generation and HF export see a plain lm_head.
 """
 

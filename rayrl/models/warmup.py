@@ -6,7 +6,7 @@ import random
 
 import torch
 
-from rayrl.config import ModelBuildConfig
+from rayrl.config import DemoConfig
 from rayrl.types import Task
 
 
@@ -54,7 +54,7 @@ def _batch(pad_id: int, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, lab
 
 
-def supervised_warmup(model, tokenizer, tasks: list[Task] | list[Row], cfg: ModelBuildConfig) -> list[float]:
+def supervised_warmup(model, tokenizer, tasks: list[Task] | list[Row], cfg: DemoConfig) -> list[float]:
     """cfg.warmup_steps of next-token cross-entropy on answers (tasks) or labelled rows; returns the loss curve."""
     rows = task_rows(tokenizer, tasks) if tasks and isinstance(tasks[0], Task) else tasks
     rng = random.Random(cfg.seed)

@@ -1,7 +1,7 @@
 """The Workflow protocol: one task's episodes, generation and reward in one coroutine.
 
 A workflow is a class named by import string (rollout.workflow), built once per rollout worker as
-Workflow(cfg). Its arun_episode(engine, task) returns the task's scored TrajectoryGroup, or None to
+Workflow(agent), with the agent config section (AgentConfig: tools, turns, timeouts, the agent function). Its arun_episode(engine, task) returns the task's scored TrajectoryGroup, or None to
 reject the task (counted, never trained, never generated again)."""
 
 from __future__ import annotations
@@ -58,6 +58,6 @@ class EpisodeEngine:
 
 
 class Workflow(Protocol):
-    def __init__(self, cfg: Any) -> None: ...
+    def __init__(self, agent: Any) -> None: ...
 
     async def arun_episode(self, engine: EpisodeEngine, task: Task) -> TrajectoryGroup | None: ...

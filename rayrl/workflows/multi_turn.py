@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+from rayrl.config import AgentConfig
 from rayrl.types import Task, TrajectoryGroup
 from rayrl.workflows.base import EpisodeEngine
 from rayrl.workflows.chat import as_template_message, continuation_ids, prompt_ids
@@ -28,9 +29,9 @@ def discounted(turn_rewards: list[float], final: float, gamma: float) -> float:
 
 
 class ToolUse:
-    def __init__(self, cfg) -> None:
-        self.agent = cfg.agent
-        self.tools = ToolRegistry.from_specs(cfg.agent.tools, cfg.agent.tool_timeout_s)
+    def __init__(self, agent: AgentConfig) -> None:
+        self.agent = agent
+        self.tools = ToolRegistry.from_specs(agent.tools, agent.tool_timeout_s)
         self.counts: Counter = Counter()  # malformed tool calls, episodes out of turns or context
 
     async def arun_episode(self, engine: EpisodeEngine, task: Task) -> TrajectoryGroup:

@@ -11,6 +11,7 @@ import os
 from collections import Counter
 
 from rayrl.imports import load_object
+from rayrl.config import AgentConfig
 from rayrl.types import Task, TrajectoryGroup
 from rayrl.workflows.base import EpisodeEngine
 
@@ -23,11 +24,11 @@ async def set_reward(client, reward: float) -> None:
 
 
 class OpenAIAgent:
-    def __init__(self, cfg) -> None:
-        self.fn = load_object(cfg.agent.fn, "agent.fn", [os.getcwd()], "function")
+    def __init__(self, agent: AgentConfig) -> None:
+        self.fn = load_object(agent.fn, "agent.fn", [os.getcwd()], "function")
         if not asyncio.iscoroutinefunction(self.fn):
-            raise ValueError(f"agent.fn '{cfg.agent.fn}' must be an async function (client, task) -> reward or None")
-        self.timeout_s = cfg.agent.episode_timeout_s
+            raise ValueError(f"agent.fn '{agent.fn}' must be an async function (client, task) -> reward or None")
+        self.timeout_s = agent.episode_timeout_s
         self.counts: Counter = Counter()
         self.errors: list[str] = []  # the first few agent failures, for the run's summary
         self.http = None  # one HTTP connection pool for every episode's client (a new one per client cost ~30 ms)

@@ -7,8 +7,8 @@ from rayrl.workflows.base import EpisodeEngine
 
 
 class SingleTurn:
-    def __init__(self, cfg) -> None:
-        self.cfg = cfg
+    def __init__(self, agent=None) -> None:
+        """agent: the agent config section, which a single turn does not use."""
 
     async def arun_episode(self, engine: EpisodeEngine, task: Task) -> TrajectoryGroup:
         request = engine.sampling.request(task.id, engine.template.encode(task))

@@ -31,7 +31,7 @@ def _listening(root: psutil.Process) -> list[tuple[str, int, str]]:
 
 def test_a_local_run_listens_on_loopback_only(model_cache, tmp_path):
     run = tmp_path / "runs" / "exposure"
-    args = [f"model.cache_dir={model_cache}", f"metrics.run_dir={tmp_path / 'runs'}", "metrics.run_name=exposure",
+    args = [f"demo.cache_dir={model_cache}", f"metrics.run_dir={tmp_path / 'runs'}", "metrics.run_name=exposure",
             "learner.total_steps=200", "rollout.batch_size=8", "rollout.group_size=4", "data.eval_size=8",
             "metrics.progress=false", "checkpoint.save_final=false", "learner.backend=fsdp", "learner.num_workers=2"]
     proc = subprocess.Popen([sys.executable, "-m", "rayrl.cli", "train", *args], stdout=subprocess.DEVNULL,

@@ -54,7 +54,7 @@ def _env(**extra: str) -> dict:
 
 def _recipe(python: Path, model_cache: Path, runs: Path, name: str, *extra: str) -> list[str]:
     return [str(python), "recipes/arithmetic_grpo.py", "--config", "recipes/arithmetic_grpo.yaml",
-            "rollout.batch_size=8", "rollout.group_size=4", "data.eval_size=16", f"model.cache_dir={model_cache}",
+            "rollout.batch_size=8", "rollout.group_size=4", "data.eval_size=16", f"demo.cache_dir={model_cache}",
             f"metrics.run_dir={runs}", f"metrics.run_name={name}", "metrics.progress=false",
             "checkpoint.save_final=false", "scheduler.include_dashboard=false", *extra]
 
@@ -136,7 +136,7 @@ def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
 
         # the calculator-agent recipe as a job too: its agent function imports from the working directory
         agent = [str(wheel_python), "recipes/calculator_agent.py", "--config", "recipes/calculator_agent.yaml",
-                 "learner.total_steps=2", "rollout.batch_size=4", "rollout.group_size=2", f"model.cache_dir={model_cache}",
+                 "learner.total_steps=2", "rollout.batch_size=4", "rollout.group_size=2", f"demo.cache_dir={model_cache}",
                  f"metrics.run_dir={runs}", "metrics.run_name=agent-job", "metrics.progress=false",
                  "checkpoint.save_final=false", "scheduler.include_dashboard=false", "scheduler.type=ray"]
         out = subprocess.run([*ray_cli, "job", "submit", "--address", dashboard, "--working-dir", str(ROOT), "--",

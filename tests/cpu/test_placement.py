@@ -10,8 +10,8 @@ from rayrl.placement import PlacementPlan
 def test_tensor_parallel_rollout_gets_its_bundles(ray_cluster):
     """A TP=2 vLLM worker: two GPU bundles of the run's group, no GPU of its own, vLLM told which bundles
     and which cluster (its engine process would otherwise start a cluster of its own)."""
-    cfg = load_config(None, ["cluster.n_gpus_per_node=4", "model.backend=vllm", "rollout.num_workers=2",
-                             "rollout.tensor_parallel_size=2", "learner.backend=fsdp", "learner.num_workers=2",
+    cfg = load_config(None, ["cluster.n_gpus_per_node=4", "rollout.engine=vllm", "rollout.num_workers=2",
+                             "vllm.tensor_parallel_size=2", "learner.backend=fsdp", "learner.num_workers=2",
                              "sync.transport=nccl"])
     plan = PlacementPlan(cfg)
     assert [b.get("GPU", 0) for b in plan.bundles] == [1.0] * 6 + [0]
@@ -26,7 +26,7 @@ def test_tensor_parallel_rollout_gets_its_bundles(ray_cluster):
 
 def test_rollout_only_plan_has_no_learner_bundles():
     """Benchmarks place rollout workers alone: TP bundles plus the service bundle, no learner ranks."""
-    cfg = load_config(None, ["cluster.n_gpus_per_node=2", "model.backend=vllm", "rollout.tensor_parallel_size=2",
+    cfg = load_config(None, ["cluster.n_gpus_per_node=2", "rollout.engine=vllm", "vllm.tensor_parallel_size=2",
                              "learner.backend=fsdp", "learner.num_workers=2", "sync.transport=nccl"])
     plan = PlacementPlan(cfg, rollout_only=True)
     assert [b.get("GPU", 0) for b in plan.bundles] == [1.0, 1.0, 0]
@@ -37,8 +37,8 @@ def test_rollout_only_plan_has_no_learner_bundles():
 
 def test_shared_plan_puts_both_roles_in_one_bundle():
     """share: rollout worker i and learner rank i in bundle i, half of its GPU each, as colocate lays them out."""
-    cfg = load_config(None, ["placement.mode=share", "cluster.n_gpus_per_node=1", "model.backend=vllm",
-                             "learner.backend=fsdp", "sync.transport=ipc", "rollout.gpu_memory_utilization=0.4",
+    cfg = load_config(None, ["placement.mode=share", "cluster.n_gpus_per_node=1", "rollout.engine=vllm",
+                             "learner.backend=fsdp", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.4",
                              "learner.gpu_memory_fraction=0.5", "rollout.max_staleness=1"])
     plan = PlacementPlan(cfg)
     assert [b.get("GPU", 0) for b in plan.bundles] == [1.0, 0]

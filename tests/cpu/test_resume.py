@@ -28,7 +28,7 @@ TIMINGS = {"time", "wait_s", "train_s", "sync_s", "step_s", "samples_per_s", "el
 def _driver(model_cache: Path, runs: Path, name: str, *extra: str) -> list[str]:
     return [sys.executable, "recipes/arithmetic_grpo.py", "--config", "recipes/arithmetic_grpo.yaml",
             "learner.total_steps=6", "rollout.batch_size=8", "rollout.group_size=4", "rollout.max_staleness=0",
-            "data.eval_size=16", f"model.cache_dir={model_cache}", f"metrics.run_dir={runs}",
+            "data.eval_size=16", f"demo.cache_dir={model_cache}", f"metrics.run_dir={runs}",
             f"metrics.run_name={name}", "metrics.progress=false", "scheduler.include_dashboard=false", *extra]
 
 

@@ -39,7 +39,7 @@ cluster.shutdown()
 
 
 def test_learner_and_rollout_on_different_nodes_complete_and_resume(tmp_path, model_cache):
-    args = [f"model.cache_dir={model_cache}", f"metrics.run_dir={tmp_path}", "metrics.run_name=two-nodes",
+    args = [f"demo.cache_dir={model_cache}", f"metrics.run_dir={tmp_path}", "metrics.run_name=two-nodes",
             "metrics.progress=false", "rollout.batch_size=8", "rollout.group_size=4", "data.eval_size=16",
             "checkpoint.every_steps=2", "checkpoint.save_final=false",
             "placement.learner_node_labels={rayrl-role: learner}", "placement.rollout_node_labels={rayrl-role: rollout}"]

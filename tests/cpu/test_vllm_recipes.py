@@ -22,8 +22,8 @@ pytest.importorskip("vllm")
 
 def test_arithmetic_recipe_learns_with_vllm(ray_cluster, model_cache, tmp_path):
     cfg = load_config("recipes/arithmetic_grpo.yaml", [
-        "model.backend=vllm", "rollout.enforce_eager=true", "rollout.cpu_kv_cache_gb=0.25",
-        f"model.cache_dir={model_cache}", f"metrics.run_dir={tmp_path}", "metrics.run_name=vllm-learns",
+        "rollout.engine=vllm", "vllm.enforce_eager=true", "vllm.cpu_kv_cache_gb=0.25",
+        f"demo.cache_dir={model_cache}", f"metrics.run_dir={tmp_path}", "metrics.run_name=vllm-learns",
         "metrics.progress=false", "checkpoint.save_final=false"])
     summary = train(cfg)
     before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
@@ -32,12 +32,12 @@ def test_arithmetic_recipe_learns_with_vllm(ray_cluster, model_cache, tmp_path):
 
 
 def test_vllm_recipe_on_its_own_loopback_cluster(model_cache, tmp_path):
-    """`python recipes/arithmetic_grpo.py model.backend=vllm` starts a private loopback-only cluster, where
+    """`python recipes/arithmetic_grpo.py rollout.engine=vllm` starts a private loopback-only cluster, where
     weight-sync groups meet in a rendezvous file: vLLM's gloo engine must be given the same file."""
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([
-        sys.executable, "recipes/arithmetic_grpo.py", "--config", "recipes/arithmetic_grpo.yaml", "model.backend=vllm",
-        "rollout.enforce_eager=true", "rollout.cpu_kv_cache_gb=0.25", f"model.cache_dir={model_cache}",
+        sys.executable, "recipes/arithmetic_grpo.py", "--config", "recipes/arithmetic_grpo.yaml", "rollout.engine=vllm",
+        "vllm.enforce_eager=true", "vllm.cpu_kv_cache_gb=0.25", f"demo.cache_dir={model_cache}",
         f"metrics.run_dir={tmp_path}", "metrics.run_name=own", "learner.total_steps=2", "data.eval_size=8",
         "scheduler.include_dashboard=false", "metrics.progress=false", "checkpoint.save_final=false",
         "sync.timeout_s=60"], capture_output=True, text=True, timeout=600, cwd=root)
@@ -55,7 +55,7 @@ def test_gsm8k_recipe_runs_on_cpu(ray_cluster, tmp_path):
         "cluster.n_gpus_per_node=0", "sync.transport=gloo", "learner.backend=torch", "learner.dtype=float32",
         f"model.path={model}", f"data.path={data}", "data.eval_size=8", "rollout.batch_size=4",
         "rollout.group_size=2", "rollout.groups_per_call=4", "rollout.max_new_tokens=16",
-        "rollout.max_model_len=512", "rollout.enforce_eager=true", "rollout.cpu_kv_cache_gb=0.25",
+        "vllm.max_model_len=512", "vllm.enforce_eager=true", "vllm.cpu_kv_cache_gb=0.25",
         "learner.total_steps=3", "learner.lr_warmup_steps=0", "reward.num_actors=1",
         f"metrics.run_dir={tmp_path}", "metrics.run_name=gsm8k", "metrics.progress=false"])
     summary = train(cfg)

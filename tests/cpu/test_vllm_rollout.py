@@ -16,8 +16,8 @@ pytest.importorskip("vllm")
 
 @pytest.fixture(scope="module")
 def trainer(ray_cluster, make_cfg):
-    t = Trainer(make_cfg("metrics.run_name=vllm-check", "model.backend=vllm", "rollout.enforce_eager=true",
-                         "rollout.cpu_kv_cache_gb=0.25"))
+    t = Trainer(make_cfg("metrics.run_name=vllm-check", "rollout.engine=vllm", "vllm.enforce_eager=true",
+                         "vllm.cpu_kv_cache_gb=0.25"))
     t.setup()
     yield t
     t.close()
@@ -100,8 +100,8 @@ def test_engine_that_cannot_start_names_the_knob(trainer):
     from rayrl.actors import RolloutWorker
     from rayrl.data import PromptTemplate
 
-    cfg = trainer.cfg.model_copy(update={"rollout": trainer.cfg.rollout.model_copy(update={"cpu_kv_cache_gb": 4096.0})})
+    cfg = trainer.cfg.model_copy(update={"vllm": trainer.cfg.vllm.model_copy(update={"cpu_kv_cache_gb": 4096.0})})
     template = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(trainer.model_path)))
     worker = RolloutWorker.options(num_cpus=0.5).remote(0, cfg, trainer.model_path, template, None, [], 1)
-    with pytest.raises(ray.exceptions.RayActorError, match="rollout.cpu_kv_cache_gb"):
+    with pytest.raises(ray.exceptions.RayActorError, match="vllm.cpu_kv_cache_gb"):
         ray.get(worker.stats.remote(), timeout=300)

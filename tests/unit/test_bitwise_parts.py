@@ -95,11 +95,11 @@ def test_learner_forward_is_wired_like_qwen2(monkeypatch):
 
 
 def test_config_names_what_bitwise_mode_needs():
-    with pytest.raises(ConfigError, match="rollout.enforce_eager=true.*learner.num_workers=1"):
-        load_config(None, ["rollout.bitwise_on_policy=true", "model.backend=vllm", "cluster.n_gpus_per_node=1",
-                           "rollout.dtype=bfloat16", "learner.dtype=bfloat16", "learner.num_workers=2",
+    with pytest.raises(ConfigError, match="vllm.enforce_eager=true.*learner.num_workers=1"):
+        load_config(None, ["rollout.bitwise_on_policy=true", "rollout.engine=vllm", "cluster.n_gpus_per_node=1",
+                           "vllm.dtype=bfloat16", "learner.dtype=bfloat16", "learner.num_workers=2",
                            "learner.backend=fsdp"])
-    cfg = load_config(None, ["rollout.bitwise_on_policy=true", "model.backend=vllm", "cluster.n_gpus_per_node=1",
-                             "rollout.dtype=bfloat16", "learner.dtype=bfloat16", "rollout.enforce_eager=true",
+    cfg = load_config(None, ["rollout.bitwise_on_policy=true", "rollout.engine=vllm", "cluster.n_gpus_per_node=1",
+                             "vllm.dtype=bfloat16", "learner.dtype=bfloat16", "vllm.enforce_eager=true",
                              "learner.backend=fsdp"])
-    assert cfg.rollout.kv_block_size == 16
+    assert cfg.vllm.kv_block_size == 16

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rayrl.config import ConfigError, load_config, parse_overrides
+from rayrl.config import SECTIONS, ConfigError, load_config, parse_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "arithmetic_grpo.yaml"
@@ -68,9 +68,9 @@ def test_recipe_exits_nonzero_on_typo():
 
 def test_gpu_only_options_are_rejected_on_cpu():
     with pytest.raises(ConfigError, match="sync.transport=nccl needs GPUs"):
-        load_config(None, ["sync.transport=nccl", "model.backend=vllm"])
-    with pytest.raises(ConfigError, match="tensor_parallel_size > 1 needs model.backend=vllm"):
-        load_config(None, ["rollout.tensor_parallel_size=2", "cluster.n_gpus_per_node=2"])
+        load_config(None, ["sync.transport=nccl", "rollout.engine=vllm"])
+    with pytest.raises(ConfigError, match="tensor_parallel_size > 1 needs rollout.engine=vllm"):
+        load_config(None, ["vllm.tensor_parallel_size=2", "cluster.n_gpus_per_node=2"])
 
 
 def test_openai_agent_needs_its_function():
@@ -78,3 +78,81 @@ def test_openai_agent_needs_its_function():
         load_config(None, ["rollout.workflow=rayrl.workflows.openai_agent:OpenAIAgent"])
     cfg = load_config("recipes/calculator_agent.yaml")
     assert cfg.agent.wants_gateway(cfg.rollout.workflow) and not cfg.agent.wants_gateway("rayrl.workflows.rlvr:SingleTurn")
+
+
+@pytest.mark.parametrize("old, new", [
+    ("model.backend=vllm", "rollout.engine"), ("rollout.enforce_eager=true", "vllm.enforce_eager"),
+    ("model.build.hidden_size=64", "demo.hidden_size"), ("metrics.eval_every_steps=5", "eval.every_steps"),
+    ("rollout.max_concurrent_calls=2", "hf.max_concurrent_calls"), ("algorithm.eps=1e-6", "algorithm.advantage_std_eps"),
+])
+def test_a_moved_key_names_its_new_place(old, new):
+    with pytest.raises(ConfigError, match=f"'{old.split('=')[0]}' moved to '{new}'"):
+        load_config(None, [old])
+
+
+def test_a_moved_key_in_a_yaml_file_names_its_new_place(tmp_path):
+    (tmp_path / "old.yaml").write_text("model:\n  backend: hf\n  build:\n    num_layers: 2\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "old.yaml")
+    assert "'model.backend' moved to 'rollout.engine'" in str(err.value)
+    assert "'model.build.num_layers' moved to 'demo.num_layers'" in str(err.value)
+
+
+def test_a_section_given_a_value_is_named():
+    with pytest.raises(ConfigError, match=r"'algorithm' is a section of keys .*got 'ppo'"):
+        load_config(None, ["algorithm=ppo"])
+
+
+# each rule across sections: overrides that break it, and the same with the fix that makes it hold
+RULE_CASES = {
+    "nccl_needs_gpus_and_vllm": (["sync.transport=nccl"], ["sync.transport=gloo"]),
+    "group_relative_needs_groups": (["rollout.group_size=1", "algorithm.dynamic_sampling=false"],
+                                    ["rollout.group_size=1", "algorithm.dynamic_sampling=false",
+                                     "algorithm.type=reinforce_pp"]),
+    "dynamic_sampling_needs_groups": (["rollout.group_size=1", "algorithm.type=reinforce_pp"],
+                                      ["rollout.group_size=1", "algorithm.type=reinforce_pp",
+                                       "algorithm.dynamic_sampling=false"]),
+    "overlong_buffer_fits": (["algorithm.overlong_buffer=6"], ["algorithm.overlong_buffer=5"]),
+    "openai_agent_needs_fn": (["rollout.workflow=rayrl.workflows.openai_agent:OpenAIAgent"],
+                              ["rollout.workflow=rayrl.workflows.openai_agent:OpenAIAgent", "agent.fn=a.b:c"]),
+    "colocate_is_synchronous": (["placement.mode=colocate"], ["placement.mode=colocate", "rollout.max_staleness=0"]),
+    "ipc_needs_a_shared_gpu": (["sync.transport=ipc"], ["sync.transport=ipc", "cluster.n_gpus_per_node=1",
+                                                        "placement.mode=share", "learner.gpu_memory_fraction=0.1"]),
+    "share_needs_ipc": (["placement.mode=share", "cluster.n_gpus_per_node=1", "rollout.engine=vllm",
+                         "sync.transport=nccl", "learner.gpu_memory_fraction=0.1"],
+                        ["placement.mode=share", "cluster.n_gpus_per_node=1", "rollout.engine=vllm",
+                         "sync.transport=ipc", "learner.gpu_memory_fraction=0.1"]),
+    "share_memory_fits": (["placement.mode=share", "cluster.n_gpus_per_node=1"],
+                          ["placement.mode=share", "cluster.n_gpus_per_node=1", "learner.gpu_memory_fraction=0.15"]),
+    "ipc_needs_one_rollout_worker": (["sync.transport=ipc", "rollout.num_workers=2"], ["rollout.num_workers=2"]),
+    "offload_optimizer_is_not_deepspeed": (["learner.offload_optimizer=true", "learner.backend=deepspeed"],
+                                           ["learner.cpu_offload=true", "learner.backend=deepspeed"]),
+    "tensor_parallel_needs_vllm_gpus": (["vllm.tensor_parallel_size=2"],
+                                        ["vllm.tensor_parallel_size=2", "rollout.engine=vllm",
+                                         "cluster.n_gpus_per_node=2", "sync.transport=nccl"]),
+    "bitwise_is_verified_setup": (["rollout.bitwise_on_policy=true"],
+                                  ["rollout.bitwise_on_policy=true", "rollout.engine=vllm", "cluster.n_gpus_per_node=2",
+                                   "sync.transport=nccl", "vllm.enforce_eager=true", "vllm.dtype=bfloat16",
+                                   "learner.dtype=bfloat16", "learner.backend=fsdp"]),
+}
+
+
+def _unchecked(overrides: list[str]):
+    """A Config whose sections are validated but whose rules across sections are not."""
+    from rayrl.config import SECTIONS, Config
+
+    tree = parse_overrides(overrides)
+    return Config.model_construct(**{name: cls.model_validate(tree.get(name, {})) for name, cls in SECTIONS.items()})
+
+
+@pytest.mark.parametrize("rule", __import__("rayrl.config_rules", fromlist=["RULES"]).RULES, ids=lambda r: r.__name__)
+def test_each_rule_across_sections(rule):
+    """Every rule has a case here; it names what to set, and the fix makes it (and every rule) hold."""
+    bad, good = RULE_CASES[rule.__name__]
+    why = rule(_unchecked(bad))
+    assert why is not None and any(f"{section}." in why for section in SECTIONS)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, bad)
+    assert why in str(err.value)
+    assert rule(_unchecked(good)) is None
+    load_config(None, good)

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from rayrl.config import Config, ConfigError, _known_keys, load_config
+from rayrl.config import Config, ConfigError, known_keys, load_config
 
-KNOWN = _known_keys(Config)
+KNOWN = known_keys(Config)
 SECTIONS = sorted({k.split(".")[0] for k in KNOWN})
 
 keys = st.one_of(st.sampled_from(KNOWN), st.sampled_from(SECTIONS),

@@ -92,11 +92,11 @@ def test_colocated_config_rules():
     with pytest.raises(ConfigError, match="offload_optimizer"):
         load_config(None, ["learner.offload_optimizer=true", "learner.backend=deepspeed"])
     colocated_gpu = ["placement.mode=colocate", "rollout.max_staleness=0", "cluster.n_gpus_per_node=2",
-                     "model.backend=vllm", "sync.transport=ipc", "learner.backend=fsdp"]
+                     "rollout.engine=vllm", "sync.transport=ipc", "learner.backend=fsdp"]
     with pytest.raises(ConfigError, match="rollout.num_workers=1"):
         load_config(None, colocated_gpu + ["rollout.num_workers=2", "learner.num_workers=2"])
     cfg = load_config(None, ["placement.mode=colocate", "rollout.max_staleness=0", "cluster.n_gpus_per_node=1",
-                             "model.backend=vllm", "sync.transport=ipc", "learner.backend=fsdp"])
+                             "rollout.engine=vllm", "sync.transport=ipc", "learner.backend=fsdp"])
     assert cfg.placement.sleep_level == 2
     recipe = load_config("recipes/gsm8k_grpo_1gpu.yaml")
     assert (recipe.placement.mode, recipe.sync.transport, recipe.rollout.max_staleness) == ("colocate", "ipc", 0)
@@ -104,16 +104,16 @@ def test_colocated_config_rules():
 
 def test_shared_gpu_config_rules():
     """placement.mode=share: both sides on one GPU at once, any η; ipc, never nccl; memory shares that fit."""
-    shared = ["placement.mode=share", "cluster.n_gpus_per_node=1", "model.backend=vllm", "learner.backend=fsdp",
+    shared = ["placement.mode=share", "cluster.n_gpus_per_node=1", "rollout.engine=vllm", "learner.backend=fsdp",
               "rollout.max_staleness=2"]
     with pytest.raises(ConfigError, match="sync.transport=ipc"):
         load_config(None, shared + ["sync.transport=nccl", "learner.gpu_memory_fraction=0.4",
-                                    "rollout.gpu_memory_utilization=0.4"])
+                                    "vllm.gpu_memory_utilization=0.4"])
     with pytest.raises(ConfigError, match=r"gpu_memory_fraction \(None; unset counts as 1\)"):
-        load_config(None, shared + ["sync.transport=ipc", "rollout.gpu_memory_utilization=0.4"])
+        load_config(None, shared + ["sync.transport=ipc", "vllm.gpu_memory_utilization=0.4"])
     with pytest.raises(ConfigError, match=r"must be at most 1 \(got 1.10\)"):
-        load_config(None, shared + ["sync.transport=ipc", "rollout.gpu_memory_utilization=0.5",
+        load_config(None, shared + ["sync.transport=ipc", "vllm.gpu_memory_utilization=0.5",
                                     "learner.gpu_memory_fraction=0.6"])
-    cfg = load_config(None, shared + ["sync.transport=ipc", "rollout.gpu_memory_utilization=0.4",
+    cfg = load_config(None, shared + ["sync.transport=ipc", "vllm.gpu_memory_utilization=0.4",
                                       "learner.gpu_memory_fraction=0.55"])
     assert (cfg.placement.mode, cfg.rollout.max_staleness) == ("share", 2)

@@ -10,25 +10,25 @@ import torch
 from rayrl.batching import collate
 from rayrl.engines.learner.scoring import token_logprobs
 from rayrl.data import PromptTemplate, split
-from rayrl.engines.rollout.hf import HFRolloutEngine
+from rayrl import components
 from rayrl.engines.transport.base import TensorSpec, pack, plan_buckets, unpack
-from rayrl.models.demo import build_model
+from rayrl.components import demo_model
 from rayrl.models.policy import load_policy
 from rayrl.types import GenerationRequest, TrajectoryGroup
 
 
 @pytest.fixture(scope="module")
 def setup(make_cfg):
-    cfg = make_cfg("model.build.warmup_steps=30")
-    path = str(build_model(cfg))
-    engine = HFRolloutEngine(path, cfg, num_threads=1)
+    cfg = make_cfg("demo.warmup_steps=30")
+    path = str(demo_model(cfg))
+    engine = components.rollout_engine(cfg, path)
     train, _ = split(cfg.data)
     return cfg, path, engine, PromptTemplate(engine.tokenizer), train
 
 
 def test_model_is_cached_and_offline(setup, make_cfg):
     cfg, path, *_ = setup
-    assert str(build_model(make_cfg("model.build.warmup_steps=30"))) == path  # same hash, no rebuild
+    assert str(demo_model(make_cfg("demo.warmup_steps=30"))) == path  # same hash, no rebuild
     model, tok = load_policy(path)
     assert model.config.head_dim == 64 and model.config.model_type == "qwen2"
     assert tok.decode(tok.encode("12+7=", add_special_tokens=False)) == "12+7="
@@ -106,21 +106,21 @@ def test_vllm_engine_inputs_are_checked_before_start(tmp_path, setup):
 
     cfg, path, _, _, _ = setup
     with pytest.raises(EngineStartError, match="model.path"):
-        check_engine_inputs(str(tmp_path), cfg)
-    too_long = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"max_model_len": 100_000})})
-    with pytest.raises(EngineStartError, match=r"rollout.max_model_len=100000 exceeds .* 256"):
-        check_engine_inputs(str(path), too_long)
-    assert engine_dtype(cfg, check_engine_inputs(str(path), cfg)) == "float32"  # auto: the checkpoint's
+        check_engine_inputs(str(tmp_path), cfg.vllm)
+    too_long = cfg.model_copy(update={"vllm": cfg.vllm.model_copy(update={"max_model_len": 100_000})})
+    with pytest.raises(EngineStartError, match=r"vllm.max_model_len=100000 exceeds .* 256"):
+        check_engine_inputs(str(path), too_long.vllm)
+    assert engine_dtype(cfg.vllm, check_engine_inputs(str(path), cfg.vllm)) == "float32"  # auto: the checkpoint's
 
 
 @pytest.mark.parametrize("fp32_head", [False, True])
 def test_vllm_engine_args_pass_vllm_own_validation(setup, fp32_head):
-    """vLLM builds its model config from our engine args; model.lm_head_fp32 reaches it as head_dtype."""
+    """vLLM builds its model config from our engine args; vllm.lm_head_fp32 reaches it as head_dtype."""
     pytest.importorskip("vllm")
     from rayrl.engines.rollout.vllm_async import engine_args
 
     cfg, path, *_ = setup
-    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"lm_head_fp32": fp32_head})})
-    model_config = engine_args(cfg, path, "bfloat16", {}).create_model_config()
+    cfg = cfg.model_copy(update={"vllm": cfg.vllm.model_copy(update={"lm_head_fp32": fp32_head})})
+    model_config = engine_args(cfg.vllm, components.engine_setup(cfg), path, "bfloat16", {}).create_model_config()
     assert model_config.dtype == torch.bfloat16
     assert model_config.head_dtype == (torch.float32 if fp32_head else torch.bfloat16)

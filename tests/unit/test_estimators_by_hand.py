@@ -34,7 +34,7 @@ def test_gae_by_hand():
 def test_ppo_advantages_put_the_reward_on_the_last_token_and_whiten():
     values = torch.zeros(3, 4)
     adv, ret = advantages(torch.tensor([1.0, 0.0, 5.0]), torch.tensor([0, 0, 1]), MASK,
-                          AlgorithmConfig(type="ppo", gae_lambda=1.0, eps=1e-9), values=values)
+                          AlgorithmConfig(type="ppo", gae_lambda=1.0, advantage_std_eps=1e-9), values=values)
     assert torch.allclose(last_token(MASK), torch.tensor([[0.0, 0, 0, 1], [0, 1, 0, 0], [0, 0, 0, 0]]))
     assert torch.allclose(ret, torch.tensor([[0.0, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]]))  # the masked row's 5 is lost
     # returns 1, 1, 1, 0 over the 4 tokens: mean .75, std sqrt(.1875)
@@ -53,13 +53,13 @@ def test_value_loss_clips_around_the_old_values():
 
 def test_reinforce_pp_charges_kl_per_token_and_grpo_per_sequence():
     kl = torch.tensor([[0.0, 0.1, 0.2, 0.3], [0, 0.4, 0, 0], [0, 0, 0, 0]])
-    cfg = AlgorithmConfig(type="reinforce_pp", beta=1.0, kl_in_reward=True, eps=1e-9)
+    cfg = AlgorithmConfig(type="reinforce_pp", beta=1.0, kl_in_reward=True, advantage_std_eps=1e-9)
     adv, _ = advantages(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0, 1, 2]), MASK, cfg, kl=kl)
     returns = torch.tensor([1 - 0.6, 1 - 0.5, 1 - 0.3, -0.4])  # rewards to go, minus the KL still to come
     assert torch.allclose(adv[MASK > 0], (returns - returns.mean()) / returns.std(unbiased=False), atol=1e-6)
     # grpo: the sequence reward minus its summed KL, normalised within the group (rows 0 and 1)
     adv, _ = advantages(torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0, 0, 1]), MASK,
-                        AlgorithmConfig(type="grpo", beta=1.0, kl_in_reward=True, eps=1e-9, std_normalize=False), kl=kl)
+                        AlgorithmConfig(type="grpo", beta=1.0, kl_in_reward=True, advantage_std_eps=1e-9, std_normalize=False), kl=kl)
     assert adv[0, 1].item() == pytest.approx(0.4)  # rewards .4 and -.4, group mean 0
     assert adv[1, 1].item() == pytest.approx(-0.4)
     assert adv[2].abs().sum() == 0

@@ -19,7 +19,7 @@ def test_weights_after_a_scoring_forward_are_the_masters(tmp_path):
                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True)
         cfg = load_config(None, ["learner.backend=fsdp", "learner.dtype=bfloat16", "learner.lr=1e-2",
                                  "learner.lr_warmup_steps=0"])
-        backend = FSDPBackend(cfg, Qwen2ForCausalLM(config), None, torch.device("cpu"))
+        backend = FSDPBackend(cfg.learner, Qwen2ForCausalLM(config), None, torch.device("cpu"))
         ids = torch.randint(0, 50, (2, 8))
         with torch.no_grad():
             backend.model(ids)  # a scoring pass: the root stays gathered

@@ -6,8 +6,8 @@ import torch
 from rayrl.batching import collate
 from rayrl.engines.learner.device import packs_sequences
 from rayrl.engines.learner.microbatch import empty_like, microbatches, plan_microbatches
-from rayrl.engines.learner import Learner
-from rayrl.models.demo import build_model
+from rayrl import components
+from rayrl.components import demo_model
 
 
 def test_first_fit_plan_respects_budget_and_keeps_every_sequence():
@@ -21,12 +21,12 @@ def test_first_fit_plan_respects_budget_and_keeps_every_sequence():
 
 @pytest.fixture(scope="module")
 def model_path(make_cfg):
-    return str(build_model(make_cfg("model.build.warmup_steps=20")))
+    return str(demo_model(make_cfg("demo.warmup_steps=20")))
 
 
 def loss_and_grads(make_cfg, model_path, random_groups, *overrides):
     cfg = make_cfg(*overrides, "learner.lr=1e-3")
-    learner = Learner(cfg, model_path)
+    learner = components.learner(cfg, model_path)
     learner.backend.step = lambda: 0.0  # keep the gradients: no optimizer step, no zeroing
     batch = collate(random_groups(4, 4), learner.tokenizer.pad_token_id)
     stats = learner.train_step(batch)
@@ -63,7 +63,8 @@ def test_packed_rows_carry_the_offsets_the_varlen_kernel_reads(make_cfg, random_
     assert rows.cu_seqlens is None and rows.attention_kwargs("cpu") == {}
     assert empty_like(mb).cu_seqlens.tolist() == [0, 1] and empty_like(rows).cu_seqlens is None
     # by default packed only where the varlen kernel runs: on this CPU machine, padded
-    assert not packs_sequences(make_cfg()) and packs_sequences(make_cfg("learner.pack_sequences=true"))
+    cpu = torch.device("cpu")
+    assert not packs_sequences(make_cfg().learner, cpu) and packs_sequences(make_cfg("learner.pack_sequences=true").learner, cpu)
 
 
 def test_compiled_learner_equals_eager(make_cfg, model_path, random_groups):

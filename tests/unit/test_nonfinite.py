@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from rayrl.batching import collate
-from rayrl.engines.learner import Learner
-from rayrl.models.demo import build_model
+from rayrl import components
+from rayrl.components import demo_model
 
 
 @pytest.fixture(scope="module")
 def model_path(make_cfg):
-    return str(build_model(make_cfg("model.build.warmup_steps=20")))
+    return str(demo_model(make_cfg("demo.warmup_steps=20")))
 
 
 def _weights(learner):
@@ -20,7 +20,7 @@ def _weights(learner):
 
 @pytest.mark.parametrize("poison, cause", [("reward", "advantages"), ("behaviour", "loss"), (None, "")])
 def test_non_finite_step_is_skipped(make_cfg, model_path, random_groups, poison, cause):
-    learner = Learner(make_cfg("learner.lr=1e-3"), model_path)
+    learner = components.learner(make_cfg("learner.lr=1e-3"), model_path)
     batch = collate(random_groups(2, 4, seed=1), learner.tokenizer.pad_token_id)
     if poison == "reward":
         batch.rewards[0] = float("nan")

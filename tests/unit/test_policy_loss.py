@@ -89,7 +89,7 @@ def test_every_advantage_estimator_by_hand():
         assert returns is None
         return adv.squeeze(1)
 
-    grpo = advantages_of(AlgorithmConfig(type="grpo", eps=1e-6))
+    grpo = advantages_of(AlgorithmConfig(type="grpo", advantage_std_eps=1e-6))
     s = math.sqrt(0.1875)
     assert torch.allclose(grpo, torch.tensor([0.75 / s, -0.25 / s, -0.25 / s, -0.25 / s, 0, 0, 0]), atol=1e-5)
     dr = advantages_of(AlgorithmConfig(type="DR-GRPO"))  # the alias
@@ -97,7 +97,7 @@ def test_every_advantage_estimator_by_hand():
     rloo = advantages_of(AlgorithmConfig(type="rloo"))
     # 1 - mean(0,0,0) = 1; 0 - mean(1,0,0) = -1/3; group 1: 1 - 1 = 0; a group of one: 0
     assert torch.allclose(rloo, torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3, 0, 0, 0]))
-    rpp = advantages_of(AlgorithmConfig(type="REINFORCE++", eps=1e-9))
+    rpp = advantages_of(AlgorithmConfig(type="REINFORCE++", advantage_std_eps=1e-9))
     mean = 3.5 / 7
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards.tolist()) / 7)
     assert torch.allclose(rpp, (rewards - mean) / std, atol=1e-6)

@@ -46,7 +46,7 @@ def test_run_dir_that_is_a_file(tmp_path):
 
 
 def test_an_unimportable_reward_fails_before_any_model_is_built(tmp_path):
-    cfg = load_config(None, ["reward.fn=no_such_module_xyz:f", f"model.cache_dir={tmp_path}/models",
+    cfg = load_config(None, ["reward.fn=no_such_module_xyz:f", f"demo.cache_dir={tmp_path}/models",
                              f"metrics.run_dir={tmp_path}/runs"])
     with pytest.raises(ConfigError, match="reward.fn"):
         Trainer(cfg)

@@ -5,18 +5,18 @@ import pytest
 import torch
 
 from rayrl.batching import collate
-from rayrl.engines.learner import Learner
-from rayrl.models.demo import build_model
+from rayrl import components
+from rayrl.components import demo_model
 
 
 @pytest.fixture(scope="module")
 def model_path(make_cfg):
-    return str(build_model(make_cfg("model.build.warmup_steps=20")))
+    return str(demo_model(make_cfg("demo.warmup_steps=20")))
 
 
 def test_proximal_logprobs_from_the_loss_forward_match_a_scoring_pass(make_cfg, model_path, random_groups):
     cfg = make_cfg("learner.lr=1e-3", "learner.max_tokens_per_micro_batch=64")  # several micro-batches
-    fused, scored = Learner(cfg, model_path), Learner(cfg, model_path)
+    fused, scored = components.learner(cfg, model_path), components.learner(cfg, model_path)
     assert fused.prox_from_loss
     scored.prox_from_loss = False
     batch = collate(random_groups(4, 4, seed=3), fused.tokenizer.pad_token_id)
@@ -27,4 +27,4 @@ def test_proximal_logprobs_from_the_loss_forward_match_a_scoring_pass(make_cfg, 
         assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-7), key
     for (name, p), q in zip(fused.backend.model.named_parameters(), scored.backend.model.parameters()):
         assert torch.allclose(p, q, rtol=0, atol=1e-7), name
-    assert not Learner(make_cfg("learner.minibatches=2"), model_path).prox_from_loss
+    assert not components.learner(make_cfg("learner.minibatches=2"), model_path).prox_from_loss

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 
+@dataclass(frozen=True)
+class LearnerSetup:
+    """What a learner needs beyond its own sections (learner, algorithm), taken from the run's other sections by
+    rayrl.components.learner_setup."""
+
+    on_gpu: bool  # cluster.n_gpus_per_node > 0
+    temperature: float  # rollout.temperature: tokens are scored at the sampling temperature
+    max_new_tokens: int  # rollout.max_new_tokens: overlong shaping and seq_mean_token_sum_norm
+    bitwise: bool  # rollout.bitwise_on_policy: score on vLLM's batch-invariant kernels
+    kv_block_size: int  # vllm.kv_block_size: the page the bitwise attention reads
+    num_threads: int  # torch threads (CPU)
+
+
 class LearnerBackend(Protocol):
-    """Built as Backend(cfg, model, ref_model, device) from the Learner's loaded policy."""
+    """Built as Backend(learner_section, model, ref_model, device) from the Learner's loaded policy."""
 
     model: torch.nn.Module  # the callable forward (a sharded module, or DeepSpeed's engine)
     ref_model: torch.nn.Module | None  # frozen reference for the KL term; None when algorithm.beta == 0

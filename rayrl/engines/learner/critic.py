@@ -10,7 +10,8 @@ import torch
 from transformers import AutoModelForTokenClassification
 
 from rayrl.algorithms import value_loss
-from rayrl.config import Config
+from rayrl.config import AlgorithmConfig, LearnerConfig
+from rayrl.engines.learner.base import LearnerSetup
 from rayrl.engines.learner.device import attention_for, learner_device, packs_sequences
 from rayrl.engines.learner.learner import data_parallel
 from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, scatter, view
@@ -23,16 +24,15 @@ STATE_FILE = "critic_state.pt"
 class Critic:
     """values(batch) before the policy step, train_step(batch, returns, old values) after it."""
 
-    def __init__(self, cfg: Config, model_path: str, num_threads: int = 1) -> None:
-        lc = cfg.learner
-        torch.set_num_threads(max(1, num_threads))
+    def __init__(self, model_path: str, lc: LearnerConfig, alg: AlgorithmConfig, setup: LearnerSetup) -> None:
+        torch.set_num_threads(max(1, setup.num_threads))
         torch.manual_seed(lc.seed)
-        # the critic trains with learner.* except its own learning rate
-        self.cfg = cfg.model_copy(update={"learner": lc.model_copy(update={"lr": cfg.algorithm.critic_lr})})
-        self.device, self.dp = learner_device(cfg), data_parallel()
+        self.lc = lc.model_copy(update={"lr": alg.critic_lr})  # learner.* except the critic's learning rate
+        self.alg = alg
+        self.device, self.dp = learner_device(setup.on_gpu), data_parallel()
         model = AutoModelForTokenClassification.from_pretrained(model_path, num_labels=1, dtype=torch.float32,
                                                                 attn_implementation=attention_for(self.device))
-        self.backend = resolve(LEARNER_BACKENDS, lc.backend, "learner.backend")(self.cfg, model, None, self.device)
+        self.backend = resolve(LEARNER_BACKENDS, lc.backend, "learner.backend")(self.lc, model, None, self.device)
 
     def _forward(self, mb: MicroBatch) -> torch.Tensor:
         """[R, L]: entry t is the value of the state before token t (the head's output at t - 1)."""
@@ -43,7 +43,7 @@ class Critic:
         return torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], 1)
 
     def _microbatches(self, batch: Batch) -> list[MicroBatch]:
-        mbs = microbatches(batch, self.cfg.learner.max_tokens_per_micro_batch, packs_sequences(self.cfg))
+        mbs = microbatches(batch, self.lc.max_tokens_per_micro_batch, packs_sequences(self.lc, self.device))
         return mbs + [empty_like(mbs[0])] * (self.dp.max(len(mbs)) - len(mbs))  # ranks in lockstep
 
     def values(self, batch: Batch) -> torch.Tensor:
@@ -56,7 +56,7 @@ class Critic:
 
     def train_step(self, batch: Batch, returns: torch.Tensor, old_values: torch.Tensor) -> dict[str, float]:
         """One optimizer step on the token mean of the clipped value loss over every rank's tokens."""
-        clip = self.cfg.algorithm.value_clip
+        clip = self.alg.value_clip
         mbs = self._microbatches(batch)
         tokens = self.dp.sum(float(batch.loss_mask.sum()))
         total, clipped = 0.0, 0.0

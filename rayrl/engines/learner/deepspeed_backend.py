@@ -9,14 +9,13 @@ from pathlib import Path
 
 import torch
 
-from rayrl.config import Config
+from rayrl.config import LearnerConfig
 from rayrl.engines.learner.schedule import make_scheduler
 
 CHECKPOINT_DIR, TAG = "deepspeed", "rayrl"
 
 
-def ds_config(cfg: Config, train: bool) -> dict:
-    lc = cfg.learner
+def ds_config(lc: LearnerConfig, train: bool) -> dict:
     zero: dict = {"stage": lc.zero_stage}
     if train and lc.cpu_offload:
         zero["offload_optimizer"] = {"device": "cpu"}
@@ -48,20 +47,20 @@ def _safe_checkpoint_engine():
 
 
 class DeepSpeedBackend:
-    def __init__(self, cfg: Config, model, ref_model, device: torch.device) -> None:
+    def __init__(self, lc: LearnerConfig, model, ref_model, device: torch.device) -> None:
         import deepspeed
 
-        self.cfg = cfg
+        self.lc = lc
         self._gathered = deepspeed.zero.GatheredParameters
-        if cfg.learner.activation_checkpointing:
+        if lc.activation_checkpointing:
             model.gradient_checkpointing_enable()
         self.model, _, _, self.scheduler = deepspeed.initialize(
-            model=model, model_parameters=model.parameters(), config=ds_config(cfg, train=True),
-            lr_scheduler=lambda opt: make_scheduler(opt, cfg.learner))
+            model=model, model_parameters=model.parameters(), config=ds_config(lc, train=True),
+            lr_scheduler=lambda opt: make_scheduler(opt, lc))
         self.model.checkpoint_engine = _safe_checkpoint_engine()
         self.ref_model = None
         if ref_model is not None:
-            self.ref_model = deepspeed.initialize(model=ref_model, config=ds_config(cfg, train=False))[0]
+            self.ref_model = deepspeed.initialize(model=ref_model, config=ds_config(lc, train=False))[0]
 
     def backward(self, loss: torch.Tensor, last: bool) -> None:
         self.model.set_gradient_accumulation_boundary(last)
@@ -79,7 +78,7 @@ class DeepSpeedBackend:
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Gather one parameter at a time on every rank (ZeRO-3), yield a copy, re-partition."""
         for name, p in self.model.module.named_parameters():
-            if self.cfg.learner.zero_stage == 3:
+            if self.lc.zero_stage == 3:
                 with self._gathered([p]):
                     full = p.data.detach().clone()
             else:

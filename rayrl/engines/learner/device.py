@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from rayrl.config import Config
+from rayrl.config import LearnerConfig
 
 
-def learner_device(cfg: Config) -> torch.device:
-    return torch.device("cuda") if cfg.cluster.n_gpus_per_node > 0 and torch.cuda.is_available() \
-        else torch.device("cpu")
+def learner_device(on_gpu: bool) -> torch.device:
+    """cuda when the run has GPUs (cluster.n_gpus_per_node > 0) and this process sees one."""
+    return torch.device("cuda") if on_gpu and torch.cuda.is_available() else torch.device("cpu")
 
 
 def attention_for(device: torch.device) -> str:
@@ -22,9 +22,9 @@ def attention_for(device: torch.device) -> str:
     return VARLEN
 
 
-def packs_sequences(cfg: Config) -> bool:
+def packs_sequences(lc: LearnerConfig, device: torch.device) -> bool:
     """learner.pack_sequences, or by default: packed where the varlen kernel runs (GPU), padded on CPU,
     where eager attention would turn a packed row into a dense [tokens × tokens] mask."""
-    if cfg.learner.pack_sequences is not None:
-        return cfg.learner.pack_sequences
-    return learner_device(cfg).type == "cuda"
+    if lc.pack_sequences is not None:
+        return lc.pack_sequences
+    return device.type == "cuda"

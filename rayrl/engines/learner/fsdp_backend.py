@@ -16,21 +16,21 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from rayrl.config import Config
+from rayrl.config import LearnerConfig
 from rayrl.engines.learner.schedule import make_optimizer, make_scheduler
 
 
 class FSDPBackend:
-    def __init__(self, cfg: Config, model, ref_model, device: torch.device) -> None:
-        self.cfg, self.device = cfg, device
+    def __init__(self, lc: LearnerConfig, model, ref_model, device: torch.device) -> None:
+        self.lc, self.device = lc, device
         self.mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         self.model = self._shard(model)
         self.ref_model = None if ref_model is None else self._shard(ref_model)
-        self.optimizer = make_optimizer(self.model.parameters(), cfg.learner)
-        self.scheduler = make_scheduler(self.optimizer, cfg.learner)
+        self.optimizer = make_optimizer(self.model.parameters(), lc)
+        self.scheduler = make_scheduler(self.optimizer, lc)
 
     def _shard(self, model):
-        lc = self.cfg.learner
+        lc = self.lc
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
             if lc.dtype == "bfloat16" else MixedPrecisionPolicy()
         offload = CPUOffloadPolicy() if lc.cpu_offload else OffloadPolicy()
@@ -49,7 +49,7 @@ class FSDPBackend:
 
     def step(self) -> float:
         """A non-finite gradient norm (global: every rank sees the same) skips the update."""
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.learner.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.lc.grad_clip)
         norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
         if math.isfinite(norm):
             self.optimizer.step()

@@ -18,8 +18,8 @@ import torch.distributed as dist
 from rayrl.algorithms import KL_ESTIMATORS, advantages, denominator, policy_loss, token_weights
 from rayrl.algorithms.mismatch import MismatchMeter
 from rayrl.algorithms.shaping import shape_batch
-from rayrl.config import Config
-from rayrl.engines.learner.base import LearnerBackend
+from rayrl.config import AlgorithmConfig, LearnerConfig
+from rayrl.engines.learner.base import LearnerBackend, LearnerSetup
 from rayrl.engines.learner.checkpoint import export_hf
 from rayrl.engines.learner.device import attention_for, learner_device, packs_sequences
 from rayrl.engines.learner.offload import move_optimizer_state
@@ -68,30 +68,29 @@ class Learner:
     """Loads the policy (and the frozen reference when algorithm.beta > 0), hands both to the backend
     chosen by learner.backend, and owns everything above the backend's primitives."""
 
-    def __init__(self, cfg: Config, model_path: str, num_threads: int = 1) -> None:
-        lc = cfg.learner
-        torch.set_num_threads(max(1, num_threads))
+    def __init__(self, model_path: str, lc: LearnerConfig, alg: AlgorithmConfig, setup: LearnerSetup) -> None:
+        torch.set_num_threads(max(1, setup.num_threads))
         torch.manual_seed(lc.seed)
-        self.cfg, self.device, self.dp = cfg, learner_device(cfg), data_parallel()
-        bitwise = cfg.rollout.bitwise_on_policy
+        self.lc, self.alg, self.setup = lc, alg, setup
+        self.device, self.dp = learner_device(setup.on_gpu), data_parallel()
+        bitwise = setup.bitwise
         if bitwise:  # before the first CUDA matmul: cuBLAS reads its workspace setting once
             enable_batch_invariant_kernels()
         load = (model_path, attention_for(self.device), None if bitwise else lc.logprob_chunk_tokens, lc.compile)
 
         def policy():
             model, tokenizer = load_policy(*load)
-            return (BitwiseQwen2(model, cfg.rollout.kv_block_size) if bitwise else model), tokenizer
+            return (BitwiseQwen2(model, setup.kv_block_size) if bitwise else model), tokenizer
 
         model, self.tokenizer = policy()
         self.hf_config = model.config
-        ref = policy()[0].eval().requires_grad_(False) if cfg.algorithm.beta > 0 else None
+        ref = policy()[0].eval().requires_grad_(False) if alg.beta > 0 else None
         backend_cls = resolve(LEARNER_BACKENDS, lc.backend, "learner.backend")
         if self.device.type == "cuda" and lc.gpu_memory_fraction is not None:  # colocate, share: the rest is the engine's
             torch.cuda.set_per_process_memory_fraction(lc.gpu_memory_fraction)
-        self.backend: LearnerBackend = backend_cls(cfg, model, ref, self.device)
+        self.backend: LearnerBackend = backend_cls(lc, model, ref, self.device)
         self.offloaded = False  # optimizer state in host memory (learner.offload_optimizer), until the next step
         self.version = 0
-        alg = cfg.algorithm
         # one optimizer step per batch: the proximal policy is the one the loss's forward runs, so its log-probs
         # are that forward's, detached; no scoring pass (kl_in_reward needs them before the advantages; the
         # bitwise mode keeps the scoring pass it was verified with)
@@ -102,17 +101,17 @@ class Learner:
     # ---- scoring ------------------------------------------------------------------------------
     def _logprobs(self, mb: MicroBatch, reference: bool = False, entropy: bool = False):
         model = self.backend.ref_model if reference else self.backend.model
-        return microbatch_logprobs(model, mb, self.cfg.rollout.temperature, self.device, entropy)
+        return microbatch_logprobs(model, mb, self.setup.temperature, self.device, entropy)
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         """Collective on sharded backends: every rank must call it with a batch of the same shape."""
-        return batch_logprobs(self.backend.model, batch, self.cfg.rollout.temperature, self.device)
+        return batch_logprobs(self.backend.model, batch, self.setup.temperature, self.device)
 
     # ---- the step -----------------------------------------------------------------------------
     def _score(self, mbs: list[MicroBatch], batch: Batch) -> tuple[MismatchMeter, torch.Tensor | None]:
         """Proximal (unless prox_from_loss) and reference log-probs per micro-batch, no gradients; the mismatch
         against the rollout engine on tokens of this version; the per-token KL for kl_in_reward, as [B, T]."""
-        alg = self.cfg.algorithm
+        alg = self.alg
         mismatch = MismatchMeter()
         kl = torch.zeros_like(batch.loss_mask) if alg.beta > 0 and alg.kl_in_reward else None
         with torch.no_grad():
@@ -136,10 +135,10 @@ class Learner:
         accumulation, learner.minibatches optimizer steps; the policy version advances by one.
         values: the critic's [B, T] (algorithm.type=ppo); the returns it should learn are left in
         self.last_returns."""
-        cfg, alg, dp, backend = self.cfg, self.cfg.algorithm, self.dp, self.backend
+        lc, alg, dp, backend = self.lc, self.alg, self.dp, self.backend
         self.reclaim()
-        rewards, mask = shape_batch(batch.rewards, batch.loss_mask, batch.truncated, cfg.rollout.max_new_tokens, alg)
-        mbs = microbatches(batch, cfg.learner.max_tokens_per_micro_batch, packs_sequences(cfg))
+        rewards, mask = shape_batch(batch.rewards, batch.loss_mask, batch.truncated, self.setup.max_new_tokens, alg)
+        mbs = microbatches(batch, lc.max_tokens_per_micro_batch, packs_sequences(lc, self.device))
         mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
         mismatch, kl = self._score(mbs, batch)
         batch.advantages, self.last_returns = advantages(rewards, batch.group_index, mask, alg, kl, values)
@@ -150,10 +149,10 @@ class Learner:
             mb.advantages, mb.weights = view(batch.advantages, mb), view(weights, mb)
         entropy = alg.entropy_coef > 0
         losses, norms, extra = [], [], {}
-        for chunk in _chunks(mbs, min(cfg.learner.minibatches, len(mbs))):
+        for chunk in _chunks(mbs, min(lc.minibatches, len(mbs))):
             denom = denominator(dp.sum(float(sum(mb.weights.sum() for mb in chunk))),
                                 dp.sum(float(sum(mb.n_sequences for mb in chunk))), alg.aggregation(),
-                                cfg.rollout.max_new_tokens)
+                                self.setup.max_new_tokens)
             # on the device at once; from here to the optimizer step nothing waits for the device
             chunk = [mb.to(self.device) for mb in chunk]
             chunk_losses = []
@@ -171,7 +170,7 @@ class Learner:
             if dp.max(int(not math.isfinite(total))):  # every rank agrees, before any update
                 if not backend.discard_grads():
                     raise RuntimeError(f"non-finite loss at step {self.version + 1}; learner.backend="
-                                       f"{cfg.learner.backend} cannot drop an accumulated step")
+                                       f"{lc.backend} cannot drop an accumulated step")
                 return self._skipped("loss", mbs, mismatch)
             norms.append(backend.step())
             if not math.isfinite(norms[-1]):  # the backend did not apply it
@@ -191,7 +190,7 @@ class Learner:
     # ---- colocated: room for the rollout engine between steps --------------------------------
     def release(self) -> None:
         """Optimizer state to host memory (learner.offload_optimizer), the allocator's cache to the device."""
-        if self.cfg.learner.offload_optimizer and not self.offloaded:
+        if self.lc.offload_optimizer and not self.offloaded:
             move_optimizer_state(self.backend.optimizer, torch.device("cpu"))
             self.offloaded = True
         if self.device.type == "cuda":

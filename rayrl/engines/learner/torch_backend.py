@@ -8,24 +8,24 @@ from pathlib import Path
 
 import torch
 
-from rayrl.config import Config
+from rayrl.config import LearnerConfig
 from rayrl.engines.learner.schedule import make_optimizer, make_scheduler
 
 
 class TorchBackend:
-    def __init__(self, cfg: Config, model, ref_model, device: torch.device) -> None:
-        self.cfg = cfg
+    def __init__(self, lc: LearnerConfig, model, ref_model, device: torch.device) -> None:
+        self.lc = lc
         self.model = model.to(device)
         self.ref_model = None if ref_model is None else ref_model.to(device)
-        self.optimizer = make_optimizer(self.model.parameters(), cfg.learner)
-        self.scheduler = make_scheduler(self.optimizer, cfg.learner)
+        self.optimizer = make_optimizer(self.model.parameters(), lc)
+        self.scheduler = make_scheduler(self.optimizer, lc)
 
     def backward(self, loss: torch.Tensor, last: bool) -> None:
         loss.backward()
 
     def step(self) -> float:
         """A non-finite gradient norm skips the update (and the LR schedule), dropping the gradients."""
-        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.learner.grad_clip))
+        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.lc.grad_clip))
         if math.isfinite(norm):
             self.optimizer.step()
             self.scheduler.step()

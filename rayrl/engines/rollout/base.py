@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rayrl.types import GenerationRequest, Sample
 
 
+@dataclass(frozen=True)
+class EngineSetup:
+    """What a rollout engine needs beyond its own config section (hf or vllm), taken from the run's other
+    sections by rayrl.components.engine_setup."""
+
+    transport: str  # sync.transport: how new weights arrive
+    on_gpu: bool  # cluster.n_gpus_per_node > 0
+    seed: int  # the engine's own sampling seed (learner.seed)
+    request_timeout_s: float  # rollout.request_timeout_s: past it a request is aborted
+    bitwise: bool  # rollout.bitwise_on_policy
+    sleeps: bool  # colocated on a GPU: the engine sleeps while the learner trains
+    num_threads: int  # torch threads (CPU)
+
+
 class RolloutEngine(Protocol):
-    """Built as Engine(model_path, cfg, num_threads, tokenizer); control calls are served while
-    generate() calls are in flight, and a weight update lands between tokens of running requests."""
+    """Built as Engine(model_path, section, setup, tokenizer); control calls are served while generate()
+    calls are in flight, and a weight update lands between tokens of running requests."""
 
     version: int  # the policy version new tokens are tagged with
     sync_ranks: int  # how many ranks this engine adds to the weight-sync group

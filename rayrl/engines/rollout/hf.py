@@ -3,7 +3,7 @@
 Generation can be paused between tokens, so a weight update lands mid-generation and each
 token records the policy version that produced it (interruptible generation, CPU edition).
 Concurrent generate() calls are batched: calls made in the same event-loop turn decode together, up
-to rollout.max_concurrent_calls batches run at once, and calls that wait for a slot join one batch.
+to hf.max_concurrent_calls batches run at once, and calls that wait for a slot join one batch.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import threading
 
 import torch
 
-from rayrl.config import Config
+from rayrl.config import HFConfig
+from rayrl.engines.rollout.base import EngineSetup
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.models.policy import load_policy
 from rayrl.types import GenerationRequest, Sample
@@ -68,14 +69,14 @@ def _gumbel(streams: list[torch.Generator], vocab: int) -> torch.Tensor:
 
 
 class HFRolloutEngine:
-    def __init__(self, model_path: str, cfg: Config, num_threads: int = 1, tokenizer=None) -> None:
-        torch.set_num_threads(max(1, num_threads))
+    def __init__(self, model_path: str, hf: HFConfig, setup: EngineSetup, tokenizer=None) -> None:
+        torch.set_num_threads(max(1, setup.num_threads))
         self.model, own_tokenizer = load_policy(model_path)
         self.tokenizer = tokenizer or own_tokenizer
         self.model.eval()
         # transformers >= 5.2x names the KV cache `cache`; older 5.x releases call it `past_key_values`
         self._cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-        self.cfg = cfg
+        self.hf, self.setup = hf, setup
         self.version = 0
         self.sync_ranks = 1
         self.decode_steps = 0  # tokens generated per row so far, summed over calls
@@ -97,7 +98,7 @@ class HFRolloutEngine:
 
     def _dispatch(self) -> None:
         self._dispatching = False
-        if self._pending and self._running < self.cfg.rollout.max_concurrent_calls:
+        if self._pending and self._running < self.hf.max_concurrent_calls:
             calls, self._pending = self._pending, []
             self._running += 1
             asyncio.ensure_future(self._decode_calls(calls))
@@ -193,7 +194,7 @@ class HFRolloutEngine:
         self._gate.resume()
 
     async def init_weight_transfer(self, group_info) -> None:
-        self._transport = resolve(WEIGHT_TRANSPORTS, self.cfg.sync.transport, "sync.transport")()
+        self._transport = resolve(WEIGHT_TRANSPORTS, self.setup.transport, "sync.transport")()
         await asyncio.to_thread(self._transport.init, group_info)
 
     async def sleep(self, level: int) -> None:

@@ -16,7 +16,8 @@ import threading
 import uuid
 from pathlib import Path
 
-from rayrl.config import Config
+from rayrl.config import VLLMConfig
+from rayrl.engines.rollout.base import EngineSetup
 from rayrl.engines.rollout.vllm_weight_sync import VLLMWeightSync
 from rayrl.types import GenerationRequest, Sample
 
@@ -28,7 +29,7 @@ class EngineStartError(RuntimeError):
     """vLLM could not start; the message names the cause and the config knob to change."""
 
 
-def check_engine_inputs(model_path: str, cfg: Config) -> dict:
+def check_engine_inputs(model_path: str, vllm: VLLMConfig) -> dict:
     """Fail before starting vLLM on a bad model path or an impossible max_model_len; returns config.json."""
     config_file = Path(model_path) / "config.json"
     if not config_file.is_file():
@@ -36,48 +37,42 @@ def check_engine_inputs(model_path: str, cfg: Config) -> dict:
                                "give a local Hugging Face model directory")
     hf_config = json.loads(config_file.read_text())
     limit = hf_config.get("max_position_embeddings")
-    want = cfg.rollout.max_model_len
+    want = vllm.max_model_len
     if want is not None and limit is not None and want > limit:
-        raise EngineStartError(f"rollout.max_model_len={want} exceeds the model's max_position_embeddings={limit}; "
-                               f"set rollout.max_model_len <= {limit} or leave it unset")
+        raise EngineStartError(f"vllm.max_model_len={want} exceeds the model's max_position_embeddings={limit}; "
+                               f"set vllm.max_model_len <= {limit} or leave it unset")
     return hf_config
 
 
-def engine_dtype(cfg: Config, hf_config: dict) -> str:
-    """rollout.dtype, with "auto" meaning the checkpoint's own dtype (vLLM on CPU would downcast fp32 to bf16)."""
-    if cfg.rollout.dtype != "auto":
-        return cfg.rollout.dtype
+def engine_dtype(vllm: VLLMConfig, hf_config: dict) -> str:
+    """vllm.dtype, with "auto" meaning the checkpoint's own dtype (vLLM on CPU would downcast fp32 to bf16)."""
+    if vllm.dtype != "auto":
+        return vllm.dtype
     return hf_config.get("dtype") or hf_config.get("torch_dtype") or "auto"
 
 
 def head_overrides(lm_head_fp32: bool) -> dict:
-    """vLLM's hf_overrides for model.lm_head_fp32 ({} when off: vLLM rejects None)."""
+    """vLLM's hf_overrides for vllm.lm_head_fp32 ({} when off: vLLM rejects None)."""
     return {"head_dtype": "float32"} if lm_head_fp32 else {}
 
 
-def engine_args(cfg: Config, model_path: str, dtype: str, weight_transfer: dict):
-    """vLLM's AsyncEngineArgs for this config: one place that maps rollout.* keys to vLLM's names."""
+def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, dtype: str, weight_transfer: dict):
+    """vLLM's AsyncEngineArgs for this config: one place that maps vllm.* keys to vLLM's names."""
     from vllm import AsyncEngineArgs
 
-    r = cfg.rollout
-    kv_gb = r.kv_cache_gb if r.kv_cache_gb is not None or cfg.cluster.n_gpus_per_node > 0 else r.cpu_kv_cache_gb
+    kv_gb = v.kv_cache_gb if v.kv_cache_gb is not None or setup.on_gpu else v.cpu_kv_cache_gb
     return AsyncEngineArgs(
-        model=model_path, skip_tokenizer_init=True, dtype=dtype, load_format=r.load_format,
-        max_model_len=r.max_model_len, gpu_memory_utilization=r.gpu_memory_utilization,
+        model=model_path, skip_tokenizer_init=True, dtype=dtype, load_format=v.load_format,
+        max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
         kv_cache_memory_bytes=None if kv_gb is None else int(kv_gb * 2**30),
-        tensor_parallel_size=r.tensor_parallel_size,
-        distributed_executor_backend="ray" if r.tensor_parallel_size > 1 else None,
-        enforce_eager=r.enforce_eager, enable_prefix_caching=r.enable_prefix_caching,
+        tensor_parallel_size=v.tensor_parallel_size,
+        distributed_executor_backend="ray" if v.tensor_parallel_size > 1 else None,
+        enforce_eager=v.enforce_eager, enable_prefix_caching=v.enable_prefix_caching,
         logprobs_mode="processed_logprobs",  # behaviour log-probs at the sampling temperature
-        max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
-        hf_overrides=head_overrides(cfg.model.lm_head_fp32), enable_sleep_mode=sleeps(cfg),
-        block_size=r.kv_block_size if r.bitwise_on_policy else None,  # the learner's attention reads the same pages
-        seed=cfg.learner.seed, disable_log_stats=True, **weight_transfer)
-
-
-def sleeps(cfg: Config) -> bool:
-    """Colocated on a GPU, the engine sleeps while the learner trains (vLLM's sleep mode is GPU-only)."""
-    return cfg.placement.mode == "colocate" and cfg.cluster.n_gpus_per_node > 0
+        max_num_seqs=v.max_num_seqs, max_num_batched_tokens=v.max_num_batched_tokens,
+        hf_overrides=head_overrides(v.lm_head_fp32), enable_sleep_mode=setup.sleeps,
+        block_size=v.kv_block_size if setup.bitwise else None,  # the learner's attention reads the same pages
+        seed=setup.seed, disable_log_stats=True, **weight_transfer)
 
 
 def token_versions(n_tokens: int, boundaries: list[tuple[int, int]], current: int) -> list[int]:
@@ -90,20 +85,20 @@ def token_versions(n_tokens: int, boundaries: list[tuple[int, int]], current: in
 
 
 class VLLMRolloutEngine:
-    def __init__(self, model_path: str, cfg: Config, num_threads: int, tokenizer) -> None:
-        hf_config = check_engine_inputs(model_path, cfg)
-        self.dtype = engine_dtype(cfg, hf_config)
-        self.max_context = cfg.rollout.max_model_len or hf_config.get("max_position_embeddings") or 0  # prompt + completion
-        self.cfg, self.tokenizer = cfg, tokenizer
+    def __init__(self, model_path: str, vllm: VLLMConfig, setup: EngineSetup, tokenizer) -> None:
+        hf_config = check_engine_inputs(model_path, vllm)
+        self.dtype = engine_dtype(vllm, hf_config)
+        self.max_context = vllm.max_model_len or hf_config.get("max_position_embeddings") or 0  # prompt + completion
+        self.vllm, self.setup, self.tokenizer = vllm, setup, tokenizer
         self.version = 0
         self.asleep = False  # colocated: sleeping while the learner trains, until the next weight update
-        self.sync_ranks = cfg.rollout.tensor_parallel_size  # ranks this engine adds to the weight-sync group
+        self.sync_ranks = vllm.tensor_parallel_size  # ranks this engine adds to the weight-sync group
         self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0, "untracked_at_update": 0}
         self._boundaries: dict[str, list[tuple[int, int, int]]] = {}  # request -> (index, tokens so far, version)
         self._finished = 0
         self._paused = False  # the current weight update paused vLLM (requests were running)
         self._gate: asyncio.Event | None = None  # closed during a weight update: new requests wait at it
-        self._weights = VLLMWeightSync(cfg.sync.transport, cfg.rollout.bitwise_on_policy)
+        self._weights = VLLMWeightSync(setup.transport, setup.bitwise)
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True).start()
         try:
@@ -126,21 +121,21 @@ class VLLMRolloutEngine:
         # vLLM forks its engine process unless told otherwise (it does inside Ray actors); forking a
         # process that runs Ray's threads (a driver, a test) deadlocks at engine start
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-        if self.cfg.rollout.bitwise_on_policy:  # vLLM's switch is its environment; its engine process inherits it
+        if self.setup.bitwise:  # vLLM's switch is its environment; its engine process inherits it
             os.environ["VLLM_BATCH_INVARIANT"] = "1"
         self._gate = asyncio.Event()  # made on the engine's loop, where every request passes it
         self._gate.set()
-        args = engine_args(self.cfg, model_path, self.dtype, self._weights.engine_args())
+        args = engine_args(self.vllm, self.setup, model_path, self.dtype, self._weights.engine_args())
         try:
             # LLM_CLASS: vLLM's batch-throughput defaults (on a large GPU 1024 sequences, 16384 tokens per step);
             # the default context sizes the engine for serving (128 sequences, 2048 tokens)
             return AsyncLLM.from_engine_args(args, usage_context=UsageContext.LLM_CLASS)
         except Exception as err:  # vLLM reports the root cause in its log; name the knobs here
-            kv = "rollout.kv_cache_gb" if self.cfg.cluster.n_gpus_per_node > 0 else "rollout.cpu_kv_cache_gb"
+            kv = "vllm.kv_cache_gb" if self.setup.on_gpu else "vllm.cpu_kv_cache_gb"
             raise EngineStartError(
                 f"vLLM failed to start for '{model_path}' ({type(err).__name__}: {err}). If the log above shows "
-                f"out-of-memory or too few KV-cache blocks: lower rollout.max_model_len, change {kv} or "
-                "rollout.gpu_memory_utilization, or raise rollout.tensor_parallel_size"
+                f"out-of-memory or too few KV-cache blocks: lower vllm.max_model_len, change {kv} or "
+                "vllm.gpu_memory_utilization, or raise vllm.tensor_parallel_size"
             ) from err
 
     # ---- generation -------------------------------------------------------------------
@@ -165,7 +160,7 @@ class VLLMRolloutEngine:
         await self._gate.wait()  # a weight update in progress: start on the new weights
         self._boundaries[rid] = []  # no await since the gate: an update now sees this request as running
         timed_out = []
-        timeout = self.cfg.rollout.request_timeout_s if r.timeout_s is None else r.timeout_s
+        timeout = self.setup.request_timeout_s if r.timeout_s is None else r.timeout_s
         timer = self._loop.call_later(timeout, self._expire, rid, timed_out)
         final = None
         try:
@@ -201,7 +196,7 @@ class VLLMRolloutEngine:
         await self._on_loop(self._pause())
 
     async def _pause(self) -> None:
-        await self.llm.pause_generation(mode="keep", clear_cache=self.cfg.rollout.recompute_kv_on_sync)
+        await self.llm.pause_generation(mode="keep", clear_cache=self.vllm.recompute_kv_on_sync)
         seen = None
         while self._boundaries and seen != (now := (self._finished, await self._tokens_in_flight())):  # pre-pause
             # outputs arrive (nothing to wait for when no request is running)
@@ -253,7 +248,7 @@ class VLLMRolloutEngine:
         try:
             if self._paused:
                 await self.llm.resume_generation()
-            elif self.cfg.rollout.recompute_kv_on_sync and not await self.llm.reset_prefix_cache():
+            elif self.vllm.recompute_kv_on_sync and not await self.llm.reset_prefix_cache():
                 log.warning("vLLM did not reset its prefix cache after a weight update; cached prompt blocks "
                             "of the previous weights may be reused")
         finally:
@@ -266,7 +261,7 @@ class VLLMRolloutEngine:
     async def sleep(self, level: int) -> None:
         """Give the GPU to the learner: weights to host (1) or dropped (2), KV cache dropped. Nothing may
         be in flight (the rollout worker drains first). On CPU there is nothing to give back."""
-        if sleeps(self.cfg):
+        if self.setup.sleeps:
             await self._on_loop(self.llm.sleep(level))
             self.asleep = True
 

@@ -1,6 +1,6 @@
 """GPU weight transport, learner side of vLLM's native NCCL weight-transfer engine.
 
-The rollout side is vLLM's own "nccl" engine (model.backend=vllm). This is the one place that
+The rollout side is vLLM's own "nccl" engine (rollout.engine=vllm). This is the one place that
 knows vLLM's trainer API: the static trainer_init / trainer_send_weights of vLLM 0.26-0.32;
 0.33 replaced them with WeightTransferTrainerFactory, which would be a second branch here.
 """
@@ -43,5 +43,5 @@ class NcclTransport:
         torch.cuda.synchronize()
 
     def receive(self, plan: BucketPlan) -> Iterator[tuple[str, torch.Tensor]]:
-        raise NotImplementedError("sync.transport=nccl receives inside vLLM; use model.backend=vllm "
+        raise NotImplementedError("sync.transport=nccl receives inside vLLM; use rollout.engine=vllm "
                                   "or sync.transport=gloo")

@@ -1,0 +1,56 @@
+"""From the whole run config to each component's own sections: the one place that knows which sections a
+component takes. Actors and the driver build components here; components never see the whole Config."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rayrl.config import Config
+from rayrl.engines.learner.base import LearnerSetup
+from rayrl.engines.registry import ROLLOUT_ENGINES, resolve
+from rayrl.engines.rollout.base import EngineSetup
+from rayrl.imports import load_object
+
+
+def engine_setup(cfg: Config, num_threads: int = 1) -> EngineSetup:
+    return EngineSetup(transport=cfg.sync.transport, on_gpu=cfg.on_gpu, seed=cfg.learner.seed,
+                       request_timeout_s=cfg.rollout.request_timeout_s, bitwise=cfg.rollout.bitwise_on_policy,
+                       sleeps=cfg.placement.mode == "colocate" and cfg.on_gpu, num_threads=num_threads)
+
+
+def rollout_engine(cfg: Config, model_path: str, num_threads: int = 1, tokenizer=None):
+    """rollout.engine's class, given the section of the same name (hf or vllm)."""
+    engine_cls = resolve(ROLLOUT_ENGINES, cfg.rollout.engine, "rollout.engine")
+    return engine_cls(model_path, getattr(cfg, cfg.rollout.engine), engine_setup(cfg, num_threads), tokenizer)
+
+
+def learner_setup(cfg: Config, num_threads: int = 1) -> LearnerSetup:
+    return LearnerSetup(on_gpu=cfg.on_gpu, temperature=cfg.rollout.temperature,
+                        max_new_tokens=cfg.rollout.max_new_tokens, bitwise=cfg.rollout.bitwise_on_policy,
+                        kv_block_size=cfg.vllm.kv_block_size, num_threads=num_threads)
+
+
+def learner(cfg: Config, model_path: str, num_threads: int = 1):
+    from rayrl.engines.learner import Learner
+
+    return Learner(model_path, cfg.learner, cfg.algorithm, learner_setup(cfg, num_threads))
+
+
+def critic(cfg: Config, model_path: str, num_threads: int = 1):
+    from rayrl.engines.learner.critic import Critic
+
+    return Critic(model_path, cfg.learner, cfg.algorithm, learner_setup(cfg, num_threads))
+
+
+def workflow(cfg: Config, search_path: list[str] | None = None):
+    """rollout.workflow's class, built with the agent section."""
+    cls = load_object(cfg.rollout.workflow, "rollout.workflow", search_path or [os.getcwd()], "class")
+    return cls(cfg.agent)
+
+
+def demo_model(cfg: Config) -> Path:
+    """model.path, or the demo model built for data.task from demo.*."""
+    from rayrl.models.demo import build_model
+
+    return build_model(cfg.model, cfg.demo, cfg.data)

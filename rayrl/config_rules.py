@@ -1,0 +1,127 @@
+"""Rules across config sections, one named function each: (config) -> None when it holds, or the message that
+says what is wrong and what to set. Config's validator runs them all (check_rules); tests call them by name."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rayrl.config import Config
+
+
+def nccl_needs_gpus_and_vllm(c: Config) -> str | None:
+    if c.sync.transport == "nccl" and not (c.on_gpu and c.rollout.engine == "vllm"):
+        return ("sync.transport=nccl needs GPUs (cluster.n_gpus_per_node > 0) and rollout.engine=vllm; on CPU or "
+                "with rollout.engine=hf use sync.transport=gloo")
+    return None
+
+
+def group_relative_needs_groups(c: Config) -> str | None:
+    from rayrl.config import GROUP_RELATIVE
+
+    if c.rollout.group_size < 2 and c.algorithm.type in GROUP_RELATIVE:
+        return (f"algorithm.type={c.algorithm.type} compares the samples of a group: rollout.group_size must be >= 2 "
+                f"(got {c.rollout.group_size}); for one sample per prompt use algorithm.type=reinforce_pp or ppo")
+    return None
+
+
+def dynamic_sampling_needs_groups(c: Config) -> str | None:
+    if c.rollout.group_size < 2 and c.algorithm.dynamic_sampling:
+        return ("algorithm.dynamic_sampling drops groups whose rewards are all equal, which with rollout.group_size=1 "
+                "is every group; set algorithm.dynamic_sampling=false")
+    return None
+
+
+def overlong_buffer_fits(c: Config) -> str | None:
+    if c.algorithm.overlong_buffer >= c.rollout.max_new_tokens:
+        return (f"algorithm.overlong_buffer ({c.algorithm.overlong_buffer}) must be below rollout.max_new_tokens "
+                f"({c.rollout.max_new_tokens})")
+    return None
+
+
+def openai_agent_needs_fn(c: Config) -> str | None:
+    if c.rollout.workflow.endswith(":OpenAIAgent") and not c.agent.fn:
+        return ("rollout.workflow=...:OpenAIAgent runs agent.fn; set agent.fn='package.module:agent' (an async "
+                "function (client, task) -> reward or None)")
+    return None
+
+
+def colocate_is_synchronous(c: Config) -> str | None:
+    if c.placement.mode == "colocate" and c.rollout.max_staleness != 0:
+        return (f"placement.mode=colocate takes turns on each device (the rollout engine sleeps while the learner "
+                f"trains), so generation never overlaps training: set rollout.max_staleness=0 (got "
+                f"{c.rollout.max_staleness}), or placement.mode=share or split for asynchronous RL")
+    return None
+
+
+def ipc_needs_a_shared_gpu(c: Config) -> str | None:
+    if c.sync.transport == "ipc" and not (c.on_gpu and c.placement.mode in ("colocate", "share")):
+        return ("sync.transport=ipc hands weights over inside one GPU: it needs GPUs (cluster.n_gpus_per_node > 0) "
+                "and placement.mode=colocate or share; otherwise use nccl or gloo")
+    return None
+
+
+def share_needs_ipc(c: Config) -> str | None:
+    if c.placement.mode == "share" and c.on_gpu and c.rollout.engine == "vllm" and c.sync.transport == "nccl":
+        return ("placement.mode=share puts the learner and the rollout engine on one GPU, where NCCL cannot form a "
+                "group (one device, two ranks): set sync.transport=ipc")
+    return None
+
+
+def share_memory_fits(c: Config) -> str | None:
+    both = c.vllm.gpu_memory_utilization + (c.learner.gpu_memory_fraction or 1.0)
+    if c.placement.mode == "share" and c.on_gpu and both > 1.0:
+        return (f"placement.mode=share splits each GPU's memory: vllm.gpu_memory_utilization "
+                f"({c.vllm.gpu_memory_utilization}) + learner.gpu_memory_fraction ({c.learner.gpu_memory_fraction}; "
+                f"unset counts as 1) must be at most 1 (got {both:.2f})")
+    return None
+
+
+def ipc_needs_one_rollout_worker(c: Config) -> str | None:
+    if c.sync.transport == "ipc" and c.rollout.num_workers > 1:
+        return (f"sync.transport=ipc hands learner rank 0's weights to the rollout engine on its own GPU only: it "
+                f"needs rollout.num_workers=1 (got {c.rollout.num_workers}); with more GPUs use placement.mode=split "
+                "and sync.transport=nccl")
+    return None
+
+
+def offload_optimizer_is_not_deepspeed(c: Config) -> str | None:
+    if c.learner.offload_optimizer and c.learner.backend == "deepspeed":
+        return ("learner.offload_optimizer moves torch/fsdp optimizer state; with learner.backend=deepspeed use "
+                "learner.cpu_offload (ZeRO offload)")
+    return None
+
+
+def tensor_parallel_needs_vllm_gpus(c: Config) -> str | None:
+    if c.vllm.tensor_parallel_size > 1 and not (c.on_gpu and c.rollout.engine == "vllm"):
+        return "vllm.tensor_parallel_size > 1 needs rollout.engine=vllm and GPUs (cluster.n_gpus_per_node > 0)"
+    return None
+
+
+def bitwise_is_verified_setup(c: Config) -> str | None:
+    if not c.rollout.bitwise_on_policy:
+        return None
+    v, lc = c.vllm, c.learner
+    needs = {"rollout.engine=vllm": c.rollout.engine == "vllm", "cluster.n_gpus_per_node > 0": c.on_gpu,
+             "vllm.enforce_eager=true": v.enforce_eager, "vllm.dtype=bfloat16": v.dtype == "bfloat16",
+             "vllm.tensor_parallel_size=1": v.tensor_parallel_size == 1, "learner.dtype=bfloat16": lc.dtype == "bfloat16",
+             "learner.compile=false": not lc.compile, "learner.backend=fsdp or torch": lc.backend in ("fsdp", "torch"),
+             "learner.num_workers=1": lc.num_workers == 1, "vllm.lm_head_fp32=false": not v.lm_head_fp32}
+    missing = [k for k, ok in needs.items() if not ok]
+    if missing:
+        return ("rollout.bitwise_on_policy=true is verified for one learner rank on vLLM's eager bf16 kernels; set "
+                + ", ".join(missing))
+    return None
+
+
+RULES = (nccl_needs_gpus_and_vllm, group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
+         openai_agent_needs_fn, colocate_is_synchronous, ipc_needs_a_shared_gpu, share_needs_ipc, share_memory_fits,
+         ipc_needs_one_rollout_worker, offload_optimizer_is_not_deepspeed, tensor_parallel_needs_vllm_gpus,
+         bitwise_is_verified_setup)
+
+
+def check_rules(c: Config) -> None:
+    """Raise ValueError with the message of every rule that does not hold, a line each (pydantic reports it)."""
+    broken = [why for rule in RULES if (why := rule(c)) is not None]
+    if broken:
+        raise ValueError("\n  ".join(broken))
