@@ -16,7 +16,7 @@ from rayrl.config import Config
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.transport.base import GroupInfo
 from rayrl.engines.transport.topology import topology
-from rayrl.faults import wait_all
+from rayrl.faults import LearnerFailed, RolloutFailed, wait_all
 from rayrl.placement import node_address
 from rayrl.types import WeightVersion
 
@@ -38,7 +38,8 @@ class WeightBroadcaster:
         info = lambda rank: GroupInfo(addr, port, topo.world_size, rank, self.cfg.sync.timeout_s, key)  # noqa: E731
         wait_all([self.learners.rank0.init_weight_sync.remote(info(0))]
                  + [w.init_weight_transfer.remote(info(r)) for w, r in zip(self.rollouts, topo.first_ranks)],
-                 ["learner-0", *self.names], "forming the weight-sync group", self.cfg.sync.timeout_s)
+                 ["learner-0", *self.names], "forming the weight-sync group", self.cfg.sync.timeout_s,
+                 [LearnerFailed] + [RolloutFailed] * len(self.rollouts))
         self.plan = ray.get(self.learners.rank0.weight_plan.remote(int(self.cfg.sync.bucket_mb * 2**20)))
         return {"tensors": self.plan.n_tensors, "bytes": self.plan.n_bytes, "buckets": len(self.plan.buckets)}
 
@@ -62,16 +63,17 @@ class WeightBroadcaster:
             raise RuntimeError("WeightBroadcaster.sync before setup()")
         t0, timeout_s = time.perf_counter(), self.cfg.sync.timeout_s
         wait_all([w.begin_weight_update.remote() for w in self.rollouts], self.names, "pausing for a weight sync",
-                 timeout_s)
+                 timeout_s, RolloutFailed)
         what = f"weight sync to version {version}"
         if self.collective:
             wait_all(self.learners.send_weights(self.plan) + [w.receive_weights.remote(self.plan) for w in self.rollouts],
-                     self.learners.names + self.names, what, timeout_s)
+                     self.learners.names + self.names, what, timeout_s,
+                     [LearnerFailed] * len(self.learners.names) + [RolloutFailed] * len(self.names))
         else:
-            meta = wait_all(self.learners.send_weights(self.plan), self.learners.names, what, timeout_s)[0]
-            wait_all([w.receive_weights.remote(meta) for w in self.rollouts], self.names, what, timeout_s)
+            meta = wait_all(self.learners.send_weights(self.plan), self.learners.names, what, timeout_s, LearnerFailed)[0]
+            wait_all([w.receive_weights.remote(meta) for w in self.rollouts], self.names, what, timeout_s, RolloutFailed)
         wait_all([w.end_weight_update.remote(version) for w in self.rollouts], self.names,
-                 "resuming after a weight sync", timeout_s)
+                 "resuming after a weight sync", timeout_s, RolloutFailed)
         seconds = time.perf_counter() - t0
         self.version = version
         if self.buffer is not None:

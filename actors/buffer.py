@@ -1,215 +1,145 @@
-"""TrajectoryBuffer: the prompt queue, the leases of prompts being generated, and the refs of scored
-groups; admits new rollouts by the staleness rule. Prompts a dead rollout worker held go back to the
-front of the queue, and its counts stay balanced:
-produced = trained + waiting + failed + dropped_stale + equal_rewards + rejected (by the workflow)."""
+"""TrajectoryBuffer: the actor around rayrl.buffer.BufferState. It owns the finished groups in the object store
+(a dead rollout worker loses none), wakes whoever waits for a lease, a batch or a low prompt queue, and
+publishes the buffer's gauges; the bookkeeping itself is BufferState's."""
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 
+import msgspec
 import ray
 
+from rayrl.buffer import BufferState, Ledger, Waiting
 from rayrl.metrics import RayMetrics
-from rayrl.staleness import StalenessManager
 from rayrl.types import GroupMeta, Task, TrajectoryGroup
 
 
 @ray.remote(num_cpus=0)
 class TrajectoryBuffer:
-    def __init__(self, batch_size: int, max_staleness: int, version: int = 0, ledger: dict | None = None,
+    def __init__(self, batch_size: int, max_staleness: int, version: int = 0, ledger: Ledger | None = None,
                  drop_equal_rewards: bool = False) -> None:
-        """version / ledger: where a resumed run stands (its trained groups count as accepted).
-        drop_equal_rewards: dynamic sampling, groups whose rewards are all equal are not kept."""
-        self.ledger = {"produced": 0, "trained": 0, "failed": 0, "dropped_stale": 0, "equal_rewards": 0,
-                       "requeued": 0, "rejected": 0, **(ledger or {})}
-        self.drop_equal_rewards = drop_equal_rewards
-        self.dropped: list[str] = []  # task ids dropped (equal rewards) or rejected, until the driver asks
-        self.dropped_rewards = [0.0, 0]  # their samples' reward sum and count, until the driver asks
-        accepted = self.ledger["trained"]
-        self.manager = StalenessManager(batch_size, max_staleness, version, accepted)
-        self.prompts: deque[Task] = deque()
-        self.leases: dict[int, dict[str, Task]] = {}  # rollout worker -> the prompts it is generating
-        self.lives: dict[int, int] = {}  # rollout worker -> its current life (restarts so far)
-        self.items: deque[tuple[ray.ObjectRef, GroupMeta, Task]] = deque()  # finished, scored groups
+        """version / ledger: where a resumed run stands. drop_equal_rewards: dynamic sampling."""
+        self.state = BufferState(batch_size, max_staleness, version, ledger, drop_equal_rewards)
         self.changed = asyncio.Condition()
         self.closed = False
         self.metrics = RayMetrics("buffer", "buffer", {}, {
             "buffer_groups_waiting": "finished groups not trained yet", "buffer_prompts_queued": "prompts not leased yet",
             "buffer_prompts_leased": "prompts being generated", "buffer_version": "policy version admission counts from",
-            **{f"buffer_{k}": f"groups {k} so far" for k in self.ledger}})
+            **{f"buffer_{k}": f"groups {k} so far" for k in Ledger.__struct_fields__}})
 
-    def _publish(self) -> None:
+    def _changed(self) -> None:
         """Gauges for the dashboard after every change, and wake every waiter."""
-        m = self.metrics
-        m.set("buffer_groups_waiting", len(self.items))
-        m.set("buffer_prompts_queued", len(self.prompts))
-        m.set("buffer_prompts_leased", sum(len(v) for v in self.leases.values()))
-        m.set("buffer_version", self.manager.version)
-        for k, v in self.ledger.items():
-            m.set(f"buffer_{k}", v)
+        stats, m = self.state.stats(), self.metrics
+        m.set("buffer_groups_waiting", stats["waiting"])
+        m.set("buffer_prompts_queued", stats["queued"])
+        m.set("buffer_prompts_leased", stats["leased"])
+        m.set("buffer_version", stats["version"])
+        for k in Ledger.__struct_fields__:
+            m.set(f"buffer_{k}", stats[k])
         self.changed.notify_all()
 
     # ---- prompts in, leases out ------------------------------------------------------------
     async def feed(self, tasks: list[Task]) -> None:
         async with self.changed:
-            self.prompts.extend(tasks)
-            self._publish()
+            self.state.feed(tasks)
+            self._changed()
 
     async def take(self, worker: int, n: int, life: int = 0) -> list[Task]:
         """Wait until a group may start and a prompt is queued; lease up to n prompts to the worker.
-        [] means the buffer closed, or the call came from a life of the worker that has since died (a
-        dead worker's pending call must not lease prompts nobody will generate)."""
-        def stale() -> bool:
-            return life != self.lives.get(worker, 0)
-
+        [] means the buffer closed, or the call came from a life of the worker that has since died."""
+        s = self.state
         async with self.changed:
-            await self.changed.wait_for(lambda: self.closed or stale() or (self.prompts and self.manager.capacity() > 0))
-            if self.closed or stale():
+            await self.changed.wait_for(lambda: self.closed or s.is_old_life(worker, life) or s.can_lease())
+            if self.closed or s.is_old_life(worker, life):
                 return []
-            granted = self.manager.try_admit(min(n, len(self.prompts)))
-            tasks = [self.prompts.popleft() for _ in range(granted)]
-            self.leases.setdefault(worker, {}).update((t.id, t) for t in tasks)
+            tasks = s.lease(worker, n)
+            self._changed()
             return tasks
 
     async def requeue(self, worker: int, task_ids: list[str] | None = None) -> int:
-        """The worker died (all its leased prompts) or one of its calls failed (task_ids): those prompts
-        go back to the front of the queue."""
+        """The worker died (all its leased prompts) or one of its calls failed (task_ids): back to the queue."""
         async with self.changed:
-            if task_ids is None:  # a new life begins: calls still pending from the old one lease nothing
-                self.lives[worker] = self.lives.get(worker, 0) + 1
-            held = self.leases.get(worker, {})
-            ids = list(held) if task_ids is None else [i for i in task_ids if i in held]
-            tasks = [held.pop(i) for i in ids]
-            self._give_back(tasks)
-            return len(tasks)
+            n = self.state.requeue(worker, task_ids)
+            self._changed()
+            return n
 
-    def _give_back(self, tasks: list[Task]) -> None:
-        for t in reversed(tasks):
-            self.prompts.appendleft(t)
-            self.manager.on_reject()
-        self.ledger["requeued"] += len(tasks)
-        self._publish()
+    async def wait_prompts_below(self, n: int) -> int:
+        """Returns once fewer than n prompts are queued (or the buffer closed): the driver feeds more."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.closed or len(self.state.prompts) < n)
+            return len(self.state.prompts)
 
     # ---- scored groups in, batches out -------------------------------------------------------
     async def put(self, worker: int, group: TrajectoryGroup, meta: GroupMeta) -> None:
-        """A scored group, by value: the buffer puts it into the object store itself and so owns it,
-        and it outlives the rollout worker that made it (the learners fetch it by ref)."""
-        if self.drop_equal_rewards and len({s.reward for s in group.samples}) <= 1:
-            async with self.changed:
-                self.leases.get(worker, {}).pop(meta.task_id, None)
-                self.manager.on_reject()  # its slot goes to a further prompt
-                self.ledger["produced"] += 1
-                self.ledger["equal_rewards"] += 1
-                self.dropped.append(meta.task_id)
-                self.dropped_rewards[0] += sum(s.reward for s in group.samples)
-                self.dropped_rewards[1] += len(group.samples)
-                self._publish()
-            return
-        ref = ray.put(group)
+        """A scored group, by value: the buffer puts it into the object store itself and so owns it."""
+        rewards = [s.reward for s in group.samples]
+        ref = None if self.state.equal_rewards(rewards) else ray.put(group)
         async with self.changed:
-            self.leases.get(worker, {}).pop(meta.task_id, None)
-            self.manager.on_accept()
-            self.items.append((ref, meta, group.task))
-            self.ledger["produced"] += 1
-            self._publish()
+            if ref is None:
+                self.state.drop_equal(worker, meta.task_id, rewards)
+            else:
+                self.state.accept(worker, ref, meta, group.task)
+            self._changed()
 
     async def put_many(self, worker: int, items: list[tuple[TrajectoryGroup, GroupMeta]]) -> list[None]:
         """put() for groups a worker finished together: one round trip."""
         return [await self.put(worker, group, meta) for group, meta in items]
 
     async def reject(self, worker: int, task_id: str) -> None:
-        """The workflow returned None for the task: counted, its slot goes to a further prompt, and it is
-        not generated again."""
         async with self.changed:
-            self.leases.get(worker, {}).pop(task_id, None)
-            self.manager.on_reject()
-            self.ledger["produced"] += 1
-            self.ledger["rejected"] += 1
-            self.dropped.append(task_id)
-            self._publish()
-
-    async def wait_prompts_below(self, n: int) -> int:
-        """Returns once fewer than n prompts are queued (or the buffer closed): the driver feeds more
-        right away rather than on its next check."""
-        async with self.changed:
-            await self.changed.wait_for(lambda: self.closed or len(self.prompts) < n)
-            return len(self.prompts)
+            self.state.reject(worker, task_id)
+            self._changed()
 
     async def fail(self, worker: int, task_id: str) -> None:
-        """A group came back but could not be scored: counted, and its prompt is generated again."""
         async with self.changed:
-            task = self.leases.get(worker, {}).pop(task_id, None)
-            self.ledger["produced"] += 1
-            self.ledger["failed"] += 1
-            if task is not None:
-                self._give_back([task])
+            self.state.fail(worker, task_id)
+            self._changed()
 
     async def get_batch(self, n: int) -> list[tuple[list[ray.ObjectRef], GroupMeta]]:
-        """The n oldest groups (by policy version, then arrival), as wrapped refs, once n are ready.
-        A group that finished too late to be within the staleness bound (a slow reward, a restarted
-        actor) is not trained: it is counted as dropped_stale and its prompt generated again."""
+        """The n oldest groups, as wrapped refs, once n are within the staleness bound. Groups past it are not
+        trained: counted as dropped_stale and their prompts generated again."""
         async with self.changed:
             while True:
-                await self.changed.wait_for(lambda: len(self.items) >= n or self.closed)
-                self._drop_stale()
-                if len(self.items) >= n or self.closed:
+                await self.changed.wait_for(lambda: len(self.state.items) >= n or self.closed)
+                if self.state.drop_stale():
+                    self._changed()
+                if len(self.state.items) >= n or self.closed:
                     break
-            if len(self.items) < n:
-                raise RuntimeError(f"buffer closed with {len(self.items)} of {n} groups")
-            ordered = sorted(self.items, key=lambda item: item[1].version)  # stable: arrival order within a version
-            out, rest = ordered[:n], ordered[n:]
-            self.items = deque(rest)
-            self.ledger["trained"] += n
-            self._publish()
-            return [([ref], meta) for ref, meta, _ in out]
-
-    def _drop_stale(self) -> None:
-        m = self.manager
-        stale = [item for item in self.items if m.version - item[1].version > m.max_staleness]
-        if not stale:
-            return
-        self.items = deque(item for item in self.items if m.version - item[1].version <= m.max_staleness)
-        for _ref, _meta, task in stale:
-            m.on_drop()
-            self.prompts.appendleft(task)
-            self.ledger["dropped_stale"] += 1
-        self._publish()
+            if len(self.state.items) < n:
+                raise RuntimeError(f"buffer closed with {len(self.state.items)} of {n} groups")
+            out = self.state.take_batch(n)
+            self._changed()
+            return [([w.ref], w.meta) for w in out]
 
     async def take_dropped(self) -> tuple[list[str], float, int]:
-        """Task ids dropped for equal rewards or rejected since the last call (the driver stops tracking
-        them), with the dropped samples' reward sum and count (the sampled reward counts them)."""
-        ids, (total, n) = self.dropped, self.dropped_rewards
-        self.dropped, self.dropped_rewards = [], [0.0, 0]
-        return ids, total, n
+        """Task ids dropped for equal rewards or rejected since the last call, with the dropped samples'
+        reward sum and count (the step's sampled reward counts them)."""
+        return self.state.take_dropped()
 
     async def set_version(self, version: int) -> None:
         async with self.changed:
-            self.manager.set_version(version)
-            self._publish()
+            self.state.staleness.set_version(version)
+            self._changed()
 
     # ---- checkpoint and end ------------------------------------------------------------------
-    async def snapshot(self) -> tuple[list[tuple[list[ray.ObjectRef], GroupMeta]], dict]:
+    async def snapshot(self) -> tuple[list[tuple[list[ray.ObjectRef], GroupMeta]], Ledger]:
         """The finished, untrained groups and the ledger, taken at one instant (for a checkpoint)."""
         async with self.changed:
-            return [([ref], meta) for ref, meta, _ in self.items], dict(self.ledger)
+            return [([w.ref], w.meta) for w in self.state.items], msgspec.structs.replace(self.state.ledger)
 
     async def restore(self, groups: list[TrajectoryGroup]) -> None:
         """Put a checkpoint's finished groups back, oldest first (the ledger already counts them)."""
         async with self.changed:
-            for g in groups:
-                self.manager.accepted += 1
-                self.items.append((ray.put(g), GroupMeta(g.task.id, g.min_version, "checkpoint"), g.task))
-            self._publish()
+            self.state.restore([Waiting(ray.put(g), GroupMeta(g.task.id, g.min_version, "checkpoint"), g.task)
+                                for g in groups])
+            self._changed()
 
     async def close(self) -> int:
         """Stop admitting and wake every waiter; returns how many finished groups were never used."""
         async with self.changed:
             self.closed = True
-            self._publish()
-            return len(self.items)
+            self._changed()
+            return len(self.state.items)
 
     async def stats(self) -> dict:
-        m = self.manager
-        return {"version": m.version, "accepted": m.accepted, "running": m.running, "waiting": len(self.items),
-                "queued": len(self.prompts), "leased": sum(len(v) for v in self.leases.values()), **self.ledger}
+        return self.state.stats()

@@ -9,13 +9,12 @@ from rayrl.actors.learner import fetch_batch, init_process_group
 from rayrl.batching import completion_values, place_completion_values
 from rayrl.config import Config
 from rayrl import components
-from rayrl.faults import wait_all
-from rayrl.placement import node_address
+from rayrl.actors.ranks import RankGroup
 
 
 @ray.remote
 class CriticWorker:
-    def __init__(self, rank: int, world_size: int, cfg: Config, model_path: str, num_threads: int, pad_id: int,
+    def __init__(self, rank: int, world_size: int, cfg: Config, model_path: str, pad_id: int, num_threads: int,
                  master: tuple[str, int, str] | None = None) -> None:
         if cfg.learner.backend != "torch":
             init_process_group(cfg, rank, world_size, master)
@@ -37,35 +36,23 @@ class CriticWorker:
     def load(self, path: str) -> None:
         self.critic.load(path)
 
+    def ping(self) -> bool:
+        return True
 
-class CriticGroup:
+
+class CriticGroup(RankGroup):
     """learner.num_workers CriticWorker actors named critic-<rank>, sharded like the policy's ranks."""
 
     def __init__(self, cfg: Config, model_path: str, pad_id: int, placement, namespace: str | None = None) -> None:
-        n = cfg.learner.num_workers
-        master = ray.get(node_address.options(scheduling_strategy=placement.actor_options("critic", 0)
-                                              ["scheduling_strategy"]).remote())
-        self.workers = [CriticWorker.options(name=f"critic-{r}", namespace=namespace, **placement.actor_options("critic", r))
-                        .remote(r, n, cfg, model_path, placement.threads("critic"), pad_id, master) for r in range(n)]
-        self.names = [f"critic-{r}" for r in range(n)]
+        super().__init__(CriticWorker, "critic", cfg.learner.num_workers, placement, namespace, cfg, model_path, pad_id)
 
     def values(self, refs: list[list[ray.ObjectRef]]) -> dict[str, list[list[float]]]:
         n = len(self.workers)
-        parts = wait_all([w.values.remote(refs[r::n]) for r, w in enumerate(self.workers)], self.names, "critic values")
+        parts = self._all([w.values.remote(refs[r::n]) for r, w in enumerate(self.workers)], "critic values")
         return {k: v for part in parts for k, v in part.items()}
 
     def train(self, refs: list[list[ray.ObjectRef]], returns: dict, values: dict) -> dict[str, float]:
         """One step on every rank; the losses are global already, so rank 0's stats stand for the group."""
         n = len(self.workers)
-        return wait_all([w.train.remote(refs[r::n], returns, values) for r, w in enumerate(self.workers)], self.names,
-                        "critic train")[0]
-
-    def save(self, path: str) -> None:
-        wait_all([w.save.remote(path) for w in self.workers], self.names, "critic save")
-
-    def load(self, path: str) -> None:
-        wait_all([w.load.remote(path) for w in self.workers], self.names, "critic load")
-
-    def kill(self) -> None:
-        for w in self.workers:
-            ray.kill(w)
+        return self._all([w.train.remote(refs[r::n], returns, values) for r, w in enumerate(self.workers)],
+                         "critic train")[0]

@@ -15,11 +15,10 @@ from rayrl.config import Config
 from rayrl.engines.device_memory import PeakMemory
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan_buckets
-from rayrl.faults import wait_all
 from rayrl.metrics import merge_rank_stats
-from rayrl.placement import node_address
+from rayrl.actors.ranks import RankGroup
 from rayrl.rendezvous import init_method
-from rayrl.types import Batch, TrajectoryGroup
+from rayrl.types import Batch, TrainResult, TrajectoryGroup
 
 
 def init_process_group(cfg: Config, rank: int, world_size: int, master: tuple[str, int, str]) -> None:
@@ -54,18 +53,17 @@ class LearnerWorker:
         self.pad_id = self.learner.tokenizer.pad_token_id
         self.transport = None
 
-    def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None) -> dict:
-        """One training step on this rank's groups. values (ppo): the critic's, per task id; the
-        returns the critic should learn come back the same way, under "returns"."""
+    def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None) -> TrainResult:
+        """One training step on this rank's groups. values (ppo): the critic's, per task id; the returns the critic
+        should learn come back the same way."""
         groups, batch = fetch_batch(refs, self.pad_id)
         peak = PeakMemory()
         per_token = None if values is None else place_completion_values(batch, groups, values)
         stats = {**batch_stats(batch, self.learner.version), **self.learner.train_step(batch, per_token)}
         stats["version"] = self.learner.version
         stats["mem_train_gb"] = peak.peak_gb()  # the device's peak while this rank trained (0 on CPU)
-        if self.learner.last_returns is not None:
-            stats["returns"] = completion_values(batch, self.learner.last_returns, groups)
-        return stats
+        returns = self.learner.last_returns
+        return TrainResult(stats, None if returns is None else completion_values(batch, returns, groups))
 
     def completion_logprobs(self, groups: list[TrajectoryGroup]) -> list[list[float]]:
         """Per sample, the learner's log-probs of its completion tokens (to check against rollout)."""
@@ -113,73 +111,29 @@ class LearnerWorker:
         self.learner.load(path)
 
 
-class LearnerGroup:
-    """N LearnerWorker actors, one per placement bundle, named learner-<rank>."""
+class LearnerGroup(RankGroup):
+    """learner.num_workers LearnerWorker actors, named learner-<rank>."""
 
     def __init__(self, cfg: Config, model_path: str, placement, namespace: str | None = None) -> None:
-        n = cfg.learner.num_workers
-        rank0 = placement.actor_options("learner", 0)["scheduling_strategy"]
-        master = ray.get(node_address.options(scheduling_strategy=rank0).remote())
-        self.rank0_strategy = rank0
-        self.workers = [
-            LearnerWorker.options(name=f"learner-{r}", namespace=namespace, **placement.actor_options("learner", r))
-            .remote(r, n, cfg, model_path, placement.threads("learner"), master)
-            for r in range(n)
-        ]
-        self.names = [f"learner-{r}" for r in range(n)]
+        super().__init__(LearnerWorker, "learner", cfg.learner.num_workers, placement, namespace, cfg, model_path)
 
-    @property
-    def rank0(self):
-        return self.workers[0]
-
-    def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None) -> dict:
-        """Shard the groups (list-wrapped refs) across ranks, train on all, merge their stats; given the
-        critic's values (ppo), the stats hold under "returns" the critic's targets per task id."""
+    def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None) -> TrainResult:
+        """Shard the groups (list-wrapped refs) across ranks, train on all, merge their stats; given the critic's
+        values (ppo), also the returns the critic learns next, per task id."""
         n = len(self.workers)
-        per_rank = self._all([w.train.remote(refs[r::n], values) for r, w in enumerate(self.workers)], "train")
-        returns = [r.pop("returns") for r in per_rank if "returns" in r]
-        stats = merge_rank_stats(per_rank)
-        if returns:
-            stats["returns"] = {k: v for part in returns for k, v in part.items()}
-        return stats
-
-    def _all(self, refs: list[ray.ObjectRef], what: str) -> list:
-        """Every rank's result; a rank that fails raises at once (the others may wait in a collective)."""
-        return wait_all(refs, self.names, f"learner {what}")
-
-    def dead_ranks(self, timeout_s: float = 5.0) -> list[int]:
-        """Ranks whose actor is dead (a busy rank that does not answer within timeout_s counts as alive)."""
-        refs = [w.ping.remote() for w in self.workers]
-        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        dead = []
-        for r, ref in enumerate(refs):
-            try:
-                ray.get(ref, timeout=0)
-            except ray.exceptions.RayActorError:
-                dead.append(r)
-            except ray.exceptions.GetTimeoutError:
-                pass
-        return dead
+        per_rank = self._all([w.train.remote(refs[r::n], values) for r, w in enumerate(self.workers)], "learner train")
+        returns = {k: v for r in per_rank if r.returns for k, v in r.returns.items()}
+        return TrainResult(merge_rank_stats([r.stats for r in per_rank]), returns or None)
 
     def completion_logprobs(self, groups: list[TrajectoryGroup]) -> list[list[float]]:
         """Rank 0's answer; every rank computes (sharded forward passes are collective)."""
-        return ray.get([w.completion_logprobs.remote(groups) for w in self.workers])[0]
+        return self._all([w.completion_logprobs.remote(groups) for w in self.workers], "learner scoring")[0]
 
     def send_weights(self, plan: BucketPlan) -> list[ray.ObjectRef]:
         return [w.send_weights.remote(plan) for w in self.workers]
 
     def release(self) -> None:
-        self._all([w.release.remote() for w in self.workers], "release")
+        self._all([w.release.remote() for w in self.workers], "learner release")
 
     def full_weights(self) -> dict:
-        return ray.get([w.full_weights.remote() for w in self.workers])[0]
-
-    def save(self, path: str) -> None:
-        self._all([w.save.remote(path) for w in self.workers], "save")
-
-    def load(self, path: str) -> None:
-        self._all([w.load.remote(path) for w in self.workers], "load")
-
-    def kill(self) -> None:
-        for w in self.workers:
-            ray.kill(w)
+        return self._all([w.full_weights.remote() for w in self.workers], "learner weights")[0]

@@ -16,7 +16,8 @@ import ray
 
 from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.config import TYPE_DEFAULTS, load_config
-from rayrl.trainer import start_ray, train
+from rayrl.driver import start_ray
+from rayrl.trainer import train
 
 BASE = ["data.eval_size=200", "metrics.progress=false", "checkpoint.save_final=false",
         "scheduler.include_dashboard=false", "checkpoint.resume=never"]
@@ -36,7 +37,7 @@ def main() -> None:
             cfg = load_config("recipes/arithmetic_grpo.yaml", [
                 *BASE, f"algorithm.type={kind}", *args.overrides, f"learner.total_steps={args.steps}",
                 f"rollout.seed={seed}", f"learner.seed={seed}", f"metrics.run_name=algorithm-{kind}-{seed}"])
-            start_ray(cfg, 3)
+            start_ray(cfg.scheduler, 3)
             s = train(cfg)
             steps = [r for r in map(json.loads, (Path(s["run_dir"]) / "metrics.jsonl").read_text().splitlines())
                      if "step" in r]

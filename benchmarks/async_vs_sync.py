@@ -33,7 +33,8 @@ from benchmarks.gpu_busy import GpuBusySampler
 from rayrl.config import load_config
 from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
-from rayrl.trainer import start_ray, train
+from rayrl.driver import start_ray
+from rayrl.trainer import train
 
 CPU_CONFIG = "recipes/arithmetic_grpo.yaml"
 
@@ -59,7 +60,7 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
     cfg = load_config(config, [*overrides, f"learner.total_steps={steps}", f"rollout.max_staleness={eta}",
                                "metrics.progress=false", "eval.every_steps=0", "checkpoint.save_final=false",
                                f"metrics.run_name={name}", "scheduler.include_dashboard=false"])
-    start_ray(cfg, 3)
+    start_ray(cfg.scheduler, 3)
     s = train(cfg)
     recs = [r for r in map(json.loads, (Path(s["run_dir"]) / "metrics.jsonl").read_text().splitlines()) if "step" in r]
     kept = recs[warmup:]

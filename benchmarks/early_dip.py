@@ -15,7 +15,8 @@ import ray
 
 from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.config import load_config
-from rayrl.trainer import start_ray, train
+from rayrl.driver import start_ray
+from rayrl.trainer import train
 
 SETUPS = {"32x8": ["learner.total_steps=40", "rollout.batch_size=32", "rollout.group_size=8"],
           "8x4": ["learner.total_steps=60", "rollout.batch_size=8", "rollout.group_size=4"]}
@@ -41,7 +42,7 @@ def main() -> None:
         for seed in args.seeds:
             cfg = load_config("recipes/arithmetic_grpo.yaml", [*BASE, *extra, *args.overrides, f"rollout.seed={seed}",
                                                               f"learner.seed={seed}", f"metrics.run_name=dip-{setup}-{seed}"])
-            start_ray(cfg, 3)
+            start_ray(cfg.scheduler, 3)
             s = train(cfg)
             rows.append({"setup": setup, "seed": seed, "eval_before": s["eval_accuracy_before"],
                          "eval_after": s["eval_accuracy_after"],

@@ -97,9 +97,9 @@ def check(backend: list[str], base: Path, prompts: list[list[int]], gpus: int, o
         losses, critic_losses = [], []
         for _ in range(3):  # the trainer's ppo step: critic values, policy step, critic step on the returns
             values = critic.values(items)
-            stats = group.train(items, values)
-            losses.append(stats["loss"])
-            critic_losses.append(critic.train(items, stats.pop("returns"), values)["critic_loss"])
+            result = group.train(items, values)
+            losses.append(result.stats["loss"])
+            critic_losses.append(critic.train(items, result.returns, values)["critic_loss"])
         export = base.parent / f"export-{name}"
         group.save(str(export))
         vllm = vllm_scores(str(export), prompts, 8, cfg.vllm.lm_head_fp32)

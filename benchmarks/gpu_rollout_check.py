@@ -14,7 +14,8 @@ import ray
 
 from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.config import load_config
-from rayrl.trainer import Trainer
+from rayrl.data import load_tasks
+from rayrl.driver import ActorSystem
 
 
 def _diffs(learner_lp, groups) -> list[float]:
@@ -35,20 +36,20 @@ def check(dtype: str, work: str, placement: list[str]) -> dict:
         "vllm.gpu_memory_utilization=0.3", "rollout.temperature=1.0", "learner.lr=2e-4",
         "rollout.max_new_tokens=8", f"demo.cache_dir={work}/models", f"metrics.run_dir={work}/runs",
         f"metrics.run_name=check-{dtype}", "metrics.progress=false"])
-    t = Trainer(cfg)
-    t.setup()
+    t = ActorSystem(cfg, f"check-{dtype}")
+    train_tasks, eval_tasks = load_tasks(cfg.data)
     try:
         rollout, learner = t.rollouts[0], t.learners.rank0
-        greedy_before = ray.get(rollout.generate_groups.remote(t.eval_tasks[:64], 1, 0.0))
-        groups = ray.get(rollout.generate_groups.remote(t.train_tasks[:32], 8, 1.0))
+        greedy_before = ray.get(rollout.generate_groups.remote(eval_tasks[:64], 1, 0.0))
+        groups = ray.get(rollout.generate_groups.remote(train_tasks[:32], 8, 1.0))
         before = _diffs(ray.get(learner.completion_logprobs.remote(groups)), groups)
         refs = [t.rewards[0].score.remote(g) for g in groups]
         for _ in range(3):
             t.learners.train([[r] for r in refs])
         synced = ray.get(t.broadcaster.sync.remote())
-        fresh = ray.get(rollout.generate_groups.remote(t.train_tasks[32:64], 8, 1.0))
+        fresh = ray.get(rollout.generate_groups.remote(train_tasks[32:64], 8, 1.0))
         after = _diffs(ray.get(learner.completion_logprobs.remote(fresh)), fresh)
-        greedy_after = ray.get(rollout.generate_groups.remote(t.eval_tasks[:64], 1, 0.0))
+        greedy_after = ray.get(rollout.generate_groups.remote(eval_tasks[:64], 1, 0.0))
         gpus = ray.get(rollout.stats.remote())["gpu_ids"]
     finally:
         t.close()

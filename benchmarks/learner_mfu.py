@@ -65,7 +65,7 @@ def bench(run: str, model_dir: Path, groups, steps: int, peak: float) -> dict:
     try:
         group.train(items)  # warm-up: allocator, kernels
         t0 = time.perf_counter()
-        stats = [group.train(items) for _ in range(steps)]
+        stats = [group.train(items).stats for _ in range(steps)]
         step_s = (time.perf_counter() - t0) / steps
     finally:
         group.kill()

@@ -13,7 +13,8 @@ import ray
 
 from benchmarks.common import benchmark_parser, print_table, spread, write_result
 from rayrl.config import load_config
-from rayrl.trainer import start_ray, train
+from rayrl.driver import start_ray
+from rayrl.trainer import train
 
 # the run tests/cpu/test_learning.py makes (its fixture adds a private model cache and run directory)
 STEPS = 150
@@ -37,7 +38,7 @@ def main() -> None:
     rows = []
     for i in range(args.runs):
         cfg = load_config(None, [*TEST_RUN, *args.overrides, f"metrics.run_name=learning-repeat-{i}"])
-        start_ray(cfg, 3)
+        start_ray(cfg.scheduler, 3)
         s = train(cfg)
         first, last = reward_ends(Path(s["run_dir"]))
         rows.append({"run": i, "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"],

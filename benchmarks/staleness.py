@@ -18,7 +18,8 @@ import ray
 
 from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.config import load_config
-from rayrl.trainer import start_ray, train
+from rayrl.driver import start_ray
+from rayrl.trainer import train
 
 VARIANTS = {
     "eta4-none": ["rollout.max_staleness=4", "algorithm.off_policy_correction=false"],
@@ -86,12 +87,12 @@ def main() -> None:
                 *BASE, *VARIANTS[variant], *args.overrides, f"learner.total_steps={args.steps}",
                 f"eval.every_steps={args.eval_every}", f"rollout.seed={seed}", f"learner.seed={seed}",
                 f"metrics.run_name=staleness-{variant}-{seed}"])
-            start_ray(cfg, 3)
+            start_ray(cfg.scheduler, 3)
             s = train(cfg)
             c = curves(Path(s["run_dir"]))
             runs.append({"variant": variant, "seed": seed, "eval_before": s["eval_accuracy_before"],
                          "eval_after": s["eval_accuracy_after"], "reward_last25": statistics.mean(c["sampled_reward"][-25:]),
-                         "loop_s": round(s["loop_s"] - s["eval_s_per_step"] * args.steps, 1),
+                         "loop_s": round(s["loop_s"] - s["eval_s"], 1),
                          "staleness_mean": statistics.mean(c["staleness_mean"]), "curves": c})
             print({k: v for k, v in runs[-1].items() if k != "curves"}, flush=True)
     ray.shutdown()

@@ -135,13 +135,14 @@ def run_trl(cfg: Config, model_path: Path, steps: int, eval_every: int) -> dict:
 def run_rayrl(backend: str, steps: int, eval_every: int, overrides: list[str]) -> dict:
     import ray
 
-    from rayrl.trainer import start_ray, train
+    from rayrl.driver import start_ray
+    from rayrl.trainer import train
 
     cfg = load_config(RECIPE, [*SAME, *overrides, f"rollout.engine={backend}", f"learner.total_steps={steps}",
                                f"eval.every_steps={eval_every}", "metrics.progress=false",
                                "checkpoint.save_final=false", f"metrics.run_name=vs-trl-{backend}",
                                "scheduler.include_dashboard=false"])
-    start_ray(cfg, 3)
+    start_ray(cfg.scheduler, 3)
     try:
         s = train(cfg)
     finally:

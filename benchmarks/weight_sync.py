@@ -134,7 +134,7 @@ def main() -> None:
     rounds.append({"round": "before any sync", **check})
     for r in range(args.rounds):
         asleep = ray.get(rollout.sleep.remote())
-        stats = learners.train(train_groups(groups, rng))
+        stats = learners.train(train_groups(groups, rng)).stats
         learners.release()
         synced = ray.get(broadcaster.sync.remote())
         report = ray.get(rollout.sync_report.remote())

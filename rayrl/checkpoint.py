@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 
+from rayrl.buffer import Ledger
 from rayrl.types import TrajectoryGroup
 
 MANIFEST = "manifest.json"  # written last: a checkpoint without it is incomplete and never resumed
@@ -30,7 +31,7 @@ class RunState(msgspec.Struct):
     pending: list[int]  # stream positions fed but not trained
     samples: int  # samples trained so far
     eval_accuracy_before: float
-    ledger: dict[str, int] = {}  # the buffer's group counts (produced, trained, failed, requeued)
+    ledger: Ledger = msgspec.field(default_factory=Ledger)  # the buffer's group counts
     wandb_id: str = ""
 
 

@@ -46,8 +46,12 @@ class RunLog:
             self.wandb = wandb.init(project=wandb_project, dir=str(run_dir), config=config, mode=wandb_mode,
                                     id=run_id, resume="allow")
 
+    @staticmethod
+    def line(record: dict) -> str:
+        return json.dumps(record) + "\n"
+
     def write(self, record: dict) -> None:
-        self.file.write(json.dumps({"time": time.time(), **record}) + "\n")
+        self.file.write(self.line({"time": time.time(), **record}))
         self.file.flush()
         if self.wandb is not None:
             self.wandb.log(record, step=record.get("step"))

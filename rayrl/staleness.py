@@ -41,6 +41,10 @@ class StalenessManager:
             raise RuntimeError("a group was dropped that was never accepted")
         self.accepted -= 1
 
+    def too_old(self, version: int) -> bool:
+        """A group whose oldest tokens come from this version is past the bound at the current version."""
+        return self.version - version > self.max_staleness
+
     def set_version(self, version: int) -> None:
         if version < self.version:
             raise ValueError(f"policy version went back from {self.version} to {version}")

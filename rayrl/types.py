@@ -82,6 +82,14 @@ class Batch(msgspec.Struct):
     ref_logprobs: Any = None
 
 
+class TrainResult(msgspec.Struct):
+    """One training step on the learner group: its stats merged over ranks and, for algorithm.type=ppo, the
+    returns the critic learns next, per task id (one list of per-token values per sample)."""
+
+    stats: dict
+    returns: dict[str, list[list[float]]] | None = None
+
+
 class WeightVersion(msgspec.Struct, frozen=True):
     """One finished weight sync: which version, how much, how long."""
 

@@ -13,7 +13,8 @@ import time
 import pytest
 import ray
 
-from rayrl.trainer import Trainer
+from rayrl.data import load_tasks
+from rayrl.driver import ActorSystem
 from rayrl.types import GenerationRequest
 from rayrl.workflows.base import Sampling
 from rayrl.workflows.chat import prompt_ids
@@ -26,22 +27,21 @@ GREEDY = Sampling(1, 0.0, 72, 0)
 
 @pytest.fixture(scope="module")
 def agent_run(ray_cluster, agent_cfg):
-    trainer = Trainer(agent_cfg("metrics.run_name=gateway", "agent.session_timeout_s=2"))
-    trainer.setup(None)
-    yield trainer
-    trainer.close()
+    system = ActorSystem(agent_cfg("agent.session_timeout_s=2"), "gateway")
+    yield system
+    system.close()
 
 
-async def _session(trainer):
-    sid = await trainer.gateway.open_session.remote("t", 0, 0, GREEDY, 320)
-    return sid, openai.AsyncOpenAI(base_url=f"{trainer.gateway_url}/sessions/{sid}/v1", api_key="x", max_retries=0)
+async def _session(system):
+    sid = await system.gateway.open_session.remote("t", 0, 0, GREEDY, 320)
+    return sid, openai.AsyncOpenAI(base_url=f"{system.gateway_url}/sessions/{sid}/v1", api_key="x", max_retries=0)
 
 
 def test_two_turns_with_tools_record_exactly_the_sampled_tokens(agent_run):
-    trainer, task = agent_run, agent_run.eval_tasks[0]
+    system, task = agent_run, agent_run.eval_tasks[0]
 
     async def episode():
-        sid, client = await _session(trainer)
+        sid, client = await _session(system)
         messages = [{"role": "user", "content": task.prompt}]
         first = await client.chat.completions.create(model="rayrl", messages=messages, tools=TOOLS)
         call = first.choices[0].message.tool_calls[0]
@@ -51,7 +51,7 @@ def test_two_turns_with_tools_record_exactly_the_sampled_tokens(agent_run):
         stream = await client.chat.completions.create(model="rayrl", messages=messages, tools=TOOLS, stream=True)
         text = "".join([c.choices[0].delta.content or "" async for c in stream])
         await client.close()
-        return first, text, await trainer.gateway.close_session.remote(sid)
+        return first, text, await system.gateway.close_session.remote(sid)
 
     first, second_text, end = asyncio.run(episode())
     choice = first.choices[0]
@@ -61,13 +61,13 @@ def test_two_turns_with_tools_record_exactly_the_sampled_tokens(agent_run):
     assert end.retokenized == 0 and s.turns == 2 and s.text == second_text.strip()
 
     # what the session holds is what the engine samples from those very tokens (greedy, so repeatable)
-    tok = ray.get(trainer.template_ref).tokenizer
+    tok = ray.get(system.template_ref).tokenizer
     assert s.prompt_ids == prompt_ids(tok, [{"role": "user", "content": task.prompt}], TOOLS)
     mask = s.loss_mask
     turn1_end = mask.index(0)
     turn2_start = turn1_end + mask[turn1_end:].index(1)
     assert all(mask[turn2_start:]) and not any(mask[turn1_end:turn2_start])
-    worker = trainer.rollouts[0]
+    worker = system.rollouts[0]
     redo1, redo2 = ray.get(worker.generate.remote([
         GenerationRequest("a", s.prompt_ids, 1, 72, 0.0),
         GenerationRequest("b", s.prompt_ids + s.completion_ids[:turn2_start], 1, 72, 0.0)]))
@@ -80,17 +80,17 @@ def test_two_turns_with_tools_record_exactly_the_sampled_tokens(agent_run):
 
 
 def test_bad_agent_behaviour_is_refused_or_counted(agent_run):
-    trainer = agent_run
-    before = ray.get(trainer.gateway.stats.remote())
+    system = agent_run
+    before = ray.get(system.gateway.stats.remote())
 
     async def misbehave():
-        bare = openai.AsyncOpenAI(base_url=f"{trainer.gateway_url}/v1", api_key="x", max_retries=0)
+        bare = openai.AsyncOpenAI(base_url=f"{system.gateway_url}/v1", api_key="x", max_retries=0)
         with pytest.raises(openai.BadRequestError, match="sessions/<id>/v1"):
             await bare.chat.completions.create(model="rayrl", messages=[{"role": "user", "content": "1"}])
-        gone = openai.AsyncOpenAI(base_url=f"{trainer.gateway_url}/sessions/nope/v1", api_key="x", max_retries=0)
+        gone = openai.AsyncOpenAI(base_url=f"{system.gateway_url}/sessions/nope/v1", api_key="x", max_retries=0)
         with pytest.raises(openai.NotFoundError, match="no open session"):
             await gone.chat.completions.create(model="rayrl", messages=[{"role": "user", "content": "1"}])
-        sid, client = await _session(trainer)
+        sid, client = await _session(system)
         with pytest.raises(openai.BadRequestError, match="'messages' must be"):
             await client.chat.completions.create(model="rayrl", messages=[])
         with pytest.raises(openai.BadRequestError, match="needs a 'role'"):
@@ -98,18 +98,18 @@ def test_bad_agent_behaviour_is_refused_or_counted(agent_run):
         # an edited history cannot extend the record: tokenized afresh, counted
         await client.chat.completions.create(model="rayrl", messages=[{"role": "user", "content": "Ann has 3 keys."}])
         await client.chat.completions.create(model="rayrl", messages=[{"role": "user", "content": "Bob has 4 cups."}])
-        end = await trainer.gateway.close_session.remote(sid)
-        abandoned, _ = await _session(trainer)  # never closed: the gateway reaps it
+        end = await system.gateway.close_session.remote(sid)
+        abandoned, _ = await _session(system)  # never closed: the gateway reaps it
         await client.close()
         return end, abandoned
 
     end, abandoned = asyncio.run(misbehave())
     assert end.retokenized == 1 and end.sample.turns == 1
     deadline = time.monotonic() + 30
-    while ray.get(trainer.gateway.stats.remote())["sessions_abandoned"] == before["sessions_abandoned"]:
+    while ray.get(system.gateway.stats.remote())["sessions_abandoned"] == before["sessions_abandoned"]:
         assert time.monotonic() < deadline, "an idle session was never reaped"
         time.sleep(0.5)
-    after = ray.get(trainer.gateway.stats.remote())
+    after = ray.get(system.gateway.stats.remote())
     assert after["bad_requests"] - before["bad_requests"] == 4 and after["retokenized"] - before["retokenized"] == 1
     assert after["sessions_open"] == 0
 
@@ -120,12 +120,12 @@ def test_built_in_tool_use_workflow_masks_everything_but_the_policy_tokens(agent
     the final answer."""
     from rayrl.actors import RolloutWorker
 
-    trainer = agent_run
+    system = agent_run
     cfg = agent_cfg("rollout.workflow=rayrl.workflows.multi_turn:ToolUse", "agent.max_turns=3")
-    worker = RolloutWorker.options(num_cpus=0).remote(9, cfg, trainer.model_path, trainer.template_ref, trainer.buffer,
-                                                       trainer.rewards, 1)
+    worker = RolloutWorker.options(num_cpus=0).remote(9, cfg, system.model_path, system.template_ref, system.buffer,
+                                                       system.rewards, 1)
     try:
-        tasks = trainer.eval_tasks[:8]
+        tasks = load_tasks(system.cfg.data)[1][:8]
         groups = ray.get(worker.evaluate.remote(tasks, 2, 0.0))
         stats = ray.get(worker.stats.remote())["workflow"]
     finally:
@@ -146,12 +146,12 @@ def test_a_langchain_agent_runs_against_the_gateway(agent_run):
     pytest.importorskip("langchain_openai")
     from recipes.langchain_agent import solve
 
-    trainer, task = agent_run, agent_run.eval_tasks[1]
+    system, task = agent_run, agent_run.eval_tasks[1]
 
     async def episode():
-        sid, client = await _session(trainer)
+        sid, client = await _session(system)
         await solve(client, task)
-        return await trainer.gateway.close_session.remote(sid)
+        return await system.gateway.close_session.remote(sid)
 
     end = asyncio.run(episode())
     assert end.sample.turns == 2 and end.retokenized == 0 and end.reward in (0.0, 1.0)

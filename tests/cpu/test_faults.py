@@ -98,15 +98,17 @@ class _Stuck:
 
 
 def test_a_sync_step_that_does_not_finish_in_time_fails_naming_the_worker(ray_cluster):
-    """What the broadcaster does with every part of a sync: a hang becomes an error naming who hung."""
-    from rayrl.faults import wait_all
+    """What the broadcaster does with every part of a sync: a hang becomes an error of the role's type naming who
+    hung (the driver restarts a rollout worker, stops on a learner rank)."""
+    from rayrl.faults import LearnerFailed, RolloutFailed, wait_all
 
     quick, stuck = _Stuck.remote(), _Stuck.remote()
-    with pytest.raises(TimeoutError, match=r"weight sync to version 3 did not finish within 2s on rollout-1$"):
-        wait_all([quick.receive.remote(0), stuck.receive.remote(60)], ["rollout-0", "rollout-1"],
-                 "weight sync to version 3", timeout_s=2)
+    with pytest.raises(RolloutFailed, match=r"weight sync to version 3 did not finish within 2s on rollout-1$") as late:
+        wait_all([quick.receive.remote(0), stuck.receive.remote(60)], ["learner-0", "rollout-1"],
+                 "weight sync to version 3", timeout_s=2, failure=[LearnerFailed, RolloutFailed])
+    assert late.value.name == "rollout-1"
     ray.kill(stuck)
-    with pytest.raises(Exception, match="weight sync to version 3 failed on rollout-1: ActorDiedError"):
-        wait_all([quick.receive.remote(0), stuck.receive.remote(0)], ["rollout-0", "rollout-1"],
-                 "weight sync to version 3", timeout_s=30)
+    with pytest.raises(LearnerFailed, match="weight sync to version 3 failed on learner-1: ActorDiedError"):
+        wait_all([quick.receive.remote(0), stuck.receive.remote(0)], ["learner-0", "learner-1"],
+                 "weight sync to version 3", timeout_s=30, failure=LearnerFailed)
     ray.kill(quick)

@@ -7,30 +7,30 @@ import time
 import pytest
 import ray
 
-from rayrl.trainer import Trainer
+from rayrl.data import load_tasks
+from rayrl.driver import ActorSystem
 from rayrl.actors import TrajectoryBuffer
 from rayrl.types import GroupMeta, Task, TrajectoryGroup
 
 
 @pytest.fixture(scope="module")
-def trainer(ray_cluster, make_cfg):
-    t = Trainer(make_cfg("metrics.run_name=sync-check"))
-    t.setup()
-    yield t
-    t.close()
+def system(ray_cluster, make_cfg):
+    s = ActorSystem(make_cfg(), "sync-check")
+    yield s
+    s.close()
 
 
-def test_actors_have_role_names(trainer):
+def test_actors_have_role_names(system):
     for name in ("rollout-0", "reward-0", "learner-0", "buffer", "broadcaster"):
-        assert ray.get_actor(name, namespace=trainer.namespace) is not None
+        assert ray.get_actor(name, namespace=system.namespace) is not None
 
 
-def test_rollout_logprobs_match_learner_after_every_sync(trainer):
+def test_rollout_logprobs_match_learner_after_every_sync(system):
     """After each weight sync, fresh rollouts' behaviour log-probs equal the learner's (fp32, 1e-5)."""
-    tasks = trainer.train_tasks[:16]
-    rollout, learner, reward = trainer.rollouts[0], trainer.learners.rank0, trainer.rewards[0]
+    tasks = load_tasks(system.cfg.data)[0][:16]
+    rollout, learner, reward = system.rollouts[0], system.learners.rank0, system.rewards[0]
     for version in range(1, 4):
-        groups = ray.get(rollout.generate_groups.remote(tasks, 4, trainer.cfg.rollout.temperature))
+        groups = ray.get(rollout.generate_groups.remote(tasks, 4, system.cfg.rollout.temperature))
         assert all(v == version - 1 for g in groups for s in g.samples for v in s.versions)
         learner_lp = ray.get(learner.completion_logprobs.remote(groups))
         rollout_lp = [s.logprobs for g in groups for s in g.samples]
@@ -40,26 +40,26 @@ def test_rollout_logprobs_match_learner_after_every_sync(trainer):
         refs = [reward.score.remote(g) for g in groups]
         rewards = [[s.reward for s in g.samples] for g in ray.get(refs)]
         assert any(len(set(r)) > 1 for r in rewards), "no group with mixed rewards: nothing to learn from"
-        stats = trainer.learners.train([[r] for r in refs])
-        assert stats["version"] == version
-        synced = ray.get(trainer.broadcaster.sync.remote())
+        result = system.learners.train([[r] for r in refs])
+        assert result.stats["version"] == version and result.returns is None
+        synced = ray.get(system.broadcaster.sync.remote())
         assert synced.version == version and synced.n_bytes > 0
-        assert ray.get(trainer.buffer.stats.remote())["version"] == version  # the broadcaster told the buffer
+        assert ray.get(system.buffer.stats.remote())["version"] == version  # the broadcaster told the buffer
         # not vacuous: after the update the same tokens score differently, so a stale copy would fail
         after = ray.get(learner.completion_logprobs.remote(groups))
         moved = max(abs(a - b) for la, lb in zip(after, rollout_lp) for a, b in zip(la, lb))
         assert moved > 1e-4, "training did not change the weights"
 
 
-def test_reward_errors_are_counted_zeros(trainer):
+def test_reward_errors_are_counted_zeros(system):
     bad = Task(id="bad", prompt="1+1=", answer="not-a-number")  # int(answer) raises inside the reward fn
-    group = ray.get(trainer.rollouts[0].generate_groups.remote([bad], 2, 0.0))[0]
+    group = ray.get(system.rollouts[0].generate_groups.remote([bad], 2, 0.0))[0]
     group.samples[0].text, group.samples[0].finish_reason = "2", "stop"
-    before = ray.get(trainer.rewards[0].stats.remote())["counts"]["error"]
-    scored = ray.get(trainer.rewards[0].score.remote(group))
+    before = ray.get(system.rewards[0].stats.remote())["counts"]["error"]
+    scored = ray.get(system.rewards[0].score.remote(group))
     assert scored.samples[0].reward == 0.0 and scored.samples[0].reward_status == "error"
     assert "ValueError" in scored.samples[0].reward_reason
-    assert ray.get(trainer.rewards[0].stats.remote())["counts"]["error"] >= before + 1
+    assert ray.get(system.rewards[0].stats.remote())["counts"]["error"] >= before + 1
 
 
 def test_buffer_drops_a_group_that_came_back_past_the_staleness_bound(ray_cluster):

@@ -8,19 +8,19 @@ import time
 import pytest
 import ray
 
-from rayrl.trainer import Trainer
+from rayrl.data import load_tasks
+from rayrl.driver import ActorSystem
 from rayrl.types import GenerationRequest, TrajectoryGroup
 
 pytest.importorskip("vllm")
 
 
 @pytest.fixture(scope="module")
-def trainer(ray_cluster, make_cfg):
-    t = Trainer(make_cfg("metrics.run_name=vllm-check", "rollout.engine=vllm", "vllm.enforce_eager=true",
-                         "vllm.cpu_kv_cache_gb=0.25"))
-    t.setup()
-    yield t
-    t.close()
+def system(ray_cluster, make_cfg):
+    s = ActorSystem(make_cfg("rollout.engine=vllm", "vllm.enforce_eager=true", "vllm.cpu_kv_cache_gb=0.25"),
+                    "vllm-check")
+    yield s
+    s.close()
 
 
 def _worst(a: list[list[float]], b: list[list[float]]) -> float:
@@ -28,19 +28,19 @@ def _worst(a: list[list[float]], b: list[list[float]]) -> float:
     return max(abs(p - q) for xa, xb in zip(a, b) for p, q in zip(xa, xb))
 
 
-def _train_one_step(trainer, groups) -> int:
-    refs = [trainer.rewards[0].score.remote(g) for g in groups]
-    return trainer.learners.train([[r] for r in refs])["version"]
+def _train_one_step(system, groups) -> int:
+    refs = [system.rewards[0].score.remote(g) for g in groups]
+    return system.learners.train([[r] for r in refs]).stats["version"]
 
 
-def test_interruptible_generation_across_a_weight_update(trainer):
+def test_interruptible_generation_across_a_weight_update(system):
     """A long request spans a weight update: it completes, its tokens carry both versions, the tokens
     made after the update score like the learner's new weights, and fresh requests match too."""
-    rollout, learner = trainer.rollouts[0], trainer.learners.rank0
-    T = trainer.cfg.rollout.temperature
-    groups = ray.get(rollout.generate_groups.remote(trainer.train_tasks[:16], 4, T))
+    rollout, learner = system.rollouts[0], system.learners.rank0
+    T = system.cfg.rollout.temperature
+    groups = ray.get(rollout.generate_groups.remote(load_tasks(system.cfg.data)[0][:16], 4, T))
     assert _worst(ray.get(learner.completion_logprobs.remote(groups)), [s.logprobs for g in groups for s in g.samples]) <= 1e-4
-    version = _train_one_step(trainer, groups)  # the learner is now one version ahead of the engine
+    version = _train_one_step(system, groups)  # the learner is now one version ahead of the engine
 
     prompt = groups[0]
     long = GenerationRequest("long", list(prompt.samples[0].prompt_ids), 4, 230, T, ignore_eos=True)
@@ -48,7 +48,7 @@ def test_interruptible_generation_across_a_weight_update(trainer):
     ref = rollout.generate.remote([long])
     while ray.get(rollout.stats.remote())["tokens_generated"] < start + 40:
         time.sleep(0.002)
-    synced = ray.get(trainer.broadcaster.sync.remote())
+    synced = ray.get(system.broadcaster.sync.remote())
     samples = ray.get(ref)
     assert synced.version == version and ray.get(rollout.stats.remote())["untracked_at_update"] == 0
     for s in samples:
@@ -59,19 +59,19 @@ def test_interruptible_generation_across_a_weight_update(trainer):
     after = [i for i, v in enumerate(samples[0].versions) if v == version]
     assert max(abs(learned[i] - samples[0].logprobs[i]) for i in after) <= 1e-4
 
-    fresh = ray.get(rollout.generate_groups.remote(trainer.train_tasks[16:32], 4, T))
+    fresh = ray.get(rollout.generate_groups.remote(load_tasks(system.cfg.data)[0][16:32], 4, T))
     assert all(v == version for g in fresh for s in g.samples for v in s.versions)
     assert _worst(ray.get(learner.completion_logprobs.remote(fresh)), [s.logprobs for g in fresh for s in g.samples]) <= 1e-4
     # not vacuous: the old generation's tokens no longer score the same under the new weights
     assert _worst(ray.get(learner.completion_logprobs.remote(groups)), [s.logprobs for g in groups for s in g.samples]) > 1e-4
 
 
-def test_request_past_its_timeout_is_aborted_with_partial_tokens(trainer):
+def test_request_past_its_timeout_is_aborted_with_partial_tokens(system):
     """A request past its deadline comes back aborted with the tokens it had, counted; another in the same
     call runs to the end. The engine is paused from its first tokens until after the deadline, so the
     request outlasts its deadline on any machine, however fast."""
-    rollout, deadline_s = trainer.rollouts[0], 2.0
-    prompt = list(ray.get(rollout.generate_groups.remote(trainer.train_tasks[:1], 1, 0.0))[0].samples[0].prompt_ids)
+    rollout, deadline_s = system.rollouts[0], 2.0
+    prompt = list(ray.get(rollout.generate_groups.remote(load_tasks(system.cfg.data)[0][:1], 1, 0.0))[0].samples[0].prompt_ids)
     slow = GenerationRequest("slow", prompt, 2, 230, 1.0, ignore_eos=True, timeout_s=deadline_s)
     other = GenerationRequest("other", prompt, 2, 230, 1.0, ignore_eos=True)
     before = ray.get(rollout.stats.remote())
@@ -92,7 +92,7 @@ def test_request_past_its_timeout_is_aborted_with_partial_tokens(trainer):
     assert after["aborted"] == before["aborted"] + 2 and after["timed_out"] == before["timed_out"] + 2
 
 
-def test_engine_that_cannot_start_names_the_knob(trainer):
+def test_engine_that_cannot_start_names_the_knob(system):
     """A rollout worker whose vLLM cannot start (a KV cache larger than the machine) dies with an error
     naming the knob, instead of hanging."""
     from transformers import AutoTokenizer
@@ -100,8 +100,8 @@ def test_engine_that_cannot_start_names_the_knob(trainer):
     from rayrl.actors import RolloutWorker
     from rayrl.data import PromptTemplate
 
-    cfg = trainer.cfg.model_copy(update={"vllm": trainer.cfg.vllm.model_copy(update={"cpu_kv_cache_gb": 4096.0})})
-    template = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(trainer.model_path)))
-    worker = RolloutWorker.options(num_cpus=0.5).remote(0, cfg, trainer.model_path, template, None, [], 1)
+    cfg = system.cfg.model_copy(update={"vllm": system.cfg.vllm.model_copy(update={"cpu_kv_cache_gb": 4096.0})})
+    template = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(system.model_path)))
+    worker = RolloutWorker.options(num_cpus=0.5).remote(0, cfg, system.model_path, template, None, [], 1)
     with pytest.raises(ray.exceptions.RayActorError, match="vllm.cpu_kv_cache_gb"):
         ray.get(worker.stats.remote(), timeout=300)

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from rayrl.buffer import Ledger
 from rayrl import checkpoint
 from rayrl.checkpoint import RunState, StorageError
 from rayrl.config import load_config
@@ -13,7 +14,7 @@ from rayrl.types import Sample, Task, TrajectoryGroup
 
 def _state(step: int) -> RunState:
     return RunState(step=step, version=step, fed=8 * step + 16, pending=[8 * step, 8 * step + 1], samples=32 * step,
-                    eval_accuracy_before=0.2, ledger={"produced": 4 * step + 1, "trained": 4 * step}, wandb_id="abc")
+                    eval_accuracy_before=0.2, ledger=Ledger(produced=4 * step + 1, trained=4 * step), wandb_id="abc")
 
 
 def _group(step: int) -> TrajectoryGroup:

@@ -1,0 +1,163 @@
+"""The trajectory buffer's bookkeeping, without Ray: the prompt queue, the prompts each rollout worker holds
+(its leases), the finished groups waiting to be trained, and the ledger that accounts for every group.
+The TrajectoryBuffer actor wraps it with an asyncio condition (who waits for what) and the object store.
+
+Every produced group ends in exactly one place of the ledger:
+produced = trained + waiting + failed + dropped_stale + equal_rewards + rejected.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import msgspec
+
+from rayrl.staleness import StalenessManager
+from rayrl.types import GroupMeta, Task
+
+
+class Ledger(msgspec.Struct):
+    """Group counts since the run began (a resumed run continues its checkpoint's)."""
+
+    produced: int = 0  # groups that came back from a workflow, whatever became of them
+    trained: int = 0  # handed to the learner in a batch
+    failed: int = 0  # could not be scored; the prompt is generated again
+    dropped_stale: int = 0  # finished past the staleness bound; the prompt is generated again
+    equal_rewards: int = 0  # dynamic sampling: every sample had the same reward
+    rejected: int = 0  # the workflow returned None for the task
+    requeued: int = 0  # prompts given back to the queue (a dead worker's, a failed group's)
+
+    def balanced(self, waiting: int) -> bool:
+        """Every produced group is trained, waiting, or counted as dropped for one reason."""
+        return self.produced == (self.trained + waiting + self.failed + self.dropped_stale + self.equal_rewards
+                                 + self.rejected)
+
+
+class Waiting(msgspec.Struct):
+    """A finished group waiting for a batch: where it is (an object ref, or the group itself), what it is."""
+
+    ref: Any
+    meta: GroupMeta
+    task: Task
+
+
+class BufferState:
+    def __init__(self, batch_size: int, max_staleness: int, version: int = 0, ledger: Ledger | None = None,
+                 drop_equal_rewards: bool = False) -> None:
+        """version / ledger: where a resumed run stands (its trained groups count as accepted).
+        drop_equal_rewards: dynamic sampling, groups whose rewards are all equal are not kept."""
+        self.ledger = ledger or Ledger()
+        self.staleness = StalenessManager(batch_size, max_staleness, version, self.ledger.trained)
+        self.drop_equal_rewards = drop_equal_rewards
+        self.prompts: deque[Task] = deque()
+        self.leases: dict[int, dict[str, Task]] = {}  # rollout worker -> the prompts it is generating
+        self.lives: dict[int, int] = {}  # rollout worker -> its current life (restarts so far)
+        self.items: deque[Waiting] = deque()
+        self.dropped: list[str] = []  # task ids dropped (equal rewards) or rejected, until the driver asks
+        self.dropped_rewards = [0.0, 0]  # their samples' reward sum and count, until the driver asks
+
+    # ---- prompts in, leases out ---------------------------------------------------------------
+    def feed(self, tasks: list[Task]) -> None:
+        self.prompts.extend(tasks)
+
+    def can_lease(self) -> bool:
+        return bool(self.prompts) and self.staleness.capacity() > 0
+
+    def is_old_life(self, worker: int, life: int) -> bool:
+        """A call from a life of the worker that has since died must not lease prompts nobody generates."""
+        return life != self.lives.get(worker, 0)
+
+    def lease(self, worker: int, n: int) -> list[Task]:
+        """Up to n queued prompts to the worker, as many as staleness admits."""
+        granted = self.staleness.try_admit(min(n, len(self.prompts)))
+        tasks = [self.prompts.popleft() for _ in range(granted)]
+        self.leases.setdefault(worker, {}).update((t.id, t) for t in tasks)
+        return tasks
+
+    def requeue(self, worker: int, task_ids: list[str] | None = None) -> int:
+        """The worker died (None: all its leased prompts; a new life begins) or some of its calls failed:
+        those prompts go back to the front of the queue."""
+        if task_ids is None:
+            self.lives[worker] = self.lives.get(worker, 0) + 1
+        held = self.leases.get(worker, {})
+        tasks = [held.pop(i) for i in (list(held) if task_ids is None else [i for i in task_ids if i in held])]
+        self._give_back(tasks)
+        return len(tasks)
+
+    def _give_back(self, tasks: list[Task]) -> None:
+        for t in reversed(tasks):
+            self.prompts.appendleft(t)
+            self.staleness.on_reject()
+        self.ledger.requeued += len(tasks)
+
+    # ---- finished groups in --------------------------------------------------------------------
+    def equal_rewards(self, rewards: list[float]) -> bool:
+        return self.drop_equal_rewards and len(set(rewards)) <= 1
+
+    def drop_equal(self, worker: int, task_id: str, rewards: list[float]) -> None:
+        """Dynamic sampling drops the group: counted, its slot goes to a further prompt."""
+        self.leases.get(worker, {}).pop(task_id, None)
+        self.staleness.on_reject()
+        self.ledger.produced += 1
+        self.ledger.equal_rewards += 1
+        self.dropped.append(task_id)
+        self.dropped_rewards = [self.dropped_rewards[0] + sum(rewards), self.dropped_rewards[1] + len(rewards)]
+
+    def accept(self, worker: int, ref: Any, meta: GroupMeta, task: Task) -> None:
+        self.leases.get(worker, {}).pop(meta.task_id, None)
+        self.staleness.on_accept()
+        self.items.append(Waiting(ref, meta, task))
+        self.ledger.produced += 1
+
+    def reject(self, worker: int, task_id: str) -> None:
+        """The workflow returned None: counted, its slot goes to a further prompt, never generated again."""
+        self.leases.get(worker, {}).pop(task_id, None)
+        self.staleness.on_reject()
+        self.ledger.produced += 1
+        self.ledger.rejected += 1
+        self.dropped.append(task_id)
+
+    def fail(self, worker: int, task_id: str) -> None:
+        """A group could not be scored: counted, and its prompt is generated again."""
+        task = self.leases.get(worker, {}).pop(task_id, None)
+        self.ledger.produced += 1
+        self.ledger.failed += 1
+        if task is not None:
+            self._give_back([task])
+
+    # ---- batches out -----------------------------------------------------------------------------
+    def drop_stale(self) -> int:
+        """Groups past the staleness bound go back to the queue as prompts (counted); returns how many."""
+        stale = [w for w in self.items if self.staleness.too_old(w.meta.version)]
+        if stale:
+            self.items = deque(w for w in self.items if not self.staleness.too_old(w.meta.version))
+            for w in stale:
+                self.staleness.on_drop()
+                self.prompts.appendleft(w.task)
+                self.ledger.dropped_stale += 1
+        return len(stale)
+
+    def take_batch(self, n: int) -> list[Waiting]:
+        """The n oldest groups (by policy version, then arrival); the caller checked len(items) >= n."""
+        ordered = sorted(self.items, key=lambda w: w.meta.version)  # stable: arrival order within a version
+        out, self.items = ordered[:n], deque(ordered[n:])
+        self.ledger.trained += n
+        return out
+
+    def take_dropped(self) -> tuple[list[str], float, int]:
+        ids, (total, n) = self.dropped, self.dropped_rewards
+        self.dropped, self.dropped_rewards = [], [0.0, 0]
+        return ids, total, n
+
+    def restore(self, waiting: list[Waiting]) -> None:
+        """A checkpoint's finished groups, oldest first (the ledger already counts them)."""
+        for w in waiting:
+            self.staleness.accepted += 1
+            self.items.append(w)
+
+    def stats(self) -> dict:
+        s = self.staleness
+        return {"version": s.version, "accepted": s.accepted, "running": s.running, "waiting": len(self.items),
+                "queued": len(self.prompts), "leased": sum(len(v) for v in self.leases.values()),
+                **msgspec.structs.asdict(self.ledger)}

@@ -1,0 +1,110 @@
+"""ActorSystem: every role of a run as Ray actor handles, placed by the placement plan. The public way to wire
+rayrl's actors in a program of one's own (recipes/custom_loop.py); the trainer's loop uses it the same way.
+
+    system = ActorSystem(cfg)                    # starts or joins Ray, builds the model, creates the actors
+    system.buffer.feed.remote(tasks)             # prompts in; rollout workers pull them while .run() loops
+    batch = ray.get(system.buffer.get_batch.remote(n))
+    stats = system.learners.train([refs for refs, _meta in batch])
+    synced = ray.get(system.broadcaster.sync.remote())   # rollout workers and buffer move to version v+1
+    system.close()
+"""
+
+from __future__ import annotations
+
+import os
+
+import ray
+
+from rayrl.actors import (CriticGroup, Gateway, LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer,
+                          WeightBroadcaster)
+from rayrl.checkpoint import RunState
+from rayrl.components import demo_model
+from rayrl.config import Config
+from rayrl.data import PromptTemplate
+from rayrl.driver.ray_cluster import start_ray
+from rayrl.faults import RolloutFailed, wait_all
+from rayrl.models.tokenizer import load_tokenizer
+from rayrl.placement import PlacementPlan
+
+
+class ActorSystem:
+    """Roles: buffer, reward actors, gateway (agent workflows), rollout workers, learner group, broadcaster and,
+    for algorithm.type=ppo, a critic group. Names (rollout-0, buffer, ...) live in a namespace of the run."""
+
+    def __init__(self, cfg: Config, run_name: str = "rayrl", state: RunState | None = None) -> None:
+        """state: a checkpoint's run state; the buffer continues its ledger and the broadcaster its version. If a
+        role cannot be created, what was created is stopped and the error raised."""
+        self.cfg, self.namespace = cfg, f"rayrl-{run_name}"
+        self.placement = PlacementPlan(cfg, name=self.namespace)
+        self.started_ray = start_ray(cfg.scheduler, self.placement.total_cpus)
+        self.buffer = self.gateway = self.learners = self.broadcaster = self.critics = None
+        self.rewards, self.rollouts, self.rollout_names, self.gateway_url = [], [], [], ""
+        try:
+            self.model_path = str(demo_model(cfg))
+            self.placement.create()
+            self.tokenizer = load_tokenizer(self.model_path)
+            self.template_ref = ray.put(PromptTemplate(self.tokenizer))  # kept: a restarting worker needs it again
+            self._services(state)
+            self._workers(state.version if state else 0)
+        except BaseException:
+            self.close()
+            raise
+
+    def _workers(self, version: int) -> None:
+        """Rollout workers, learner ranks, the broadcaster that joins them, and the critic (ppo)."""
+        cfg = self.cfg
+        self.rollouts = [self.rollout_worker(i) for i in range(cfg.rollout.num_workers)]
+        self.rollout_names = [f"rollout-{i}" for i in range(len(self.rollouts))]
+        if self.gateway:
+            ray.get(self.gateway.set_workers.remote(self.rollouts))
+        if cfg.placement.mode != "split" and cfg.on_gpu:  # vLLM sizes its memory pools before the learner allocates
+            wait_all([w.health.remote() for w in self.rollouts], self.rollout_names, "starting the rollout engines",
+                     cfg.rollout.restart_timeout_s, RolloutFailed)
+        self.learners = LearnerGroup(cfg, self.model_path, self.placement, namespace=self.namespace)
+        self.broadcaster = WeightBroadcaster.options(**self._options("broadcaster", "service")).remote(
+            cfg, self.learners, self.rollouts, self.buffer, version)
+        self.weight_sync = ray.get(self.broadcaster.setup.remote())  # tensors, bytes, buckets
+        self.critics = CriticGroup(cfg, self.model_path, self.tokenizer.pad_token_id, self.placement,
+                                   self.namespace) if cfg.algorithm.type == "ppo" else None
+
+    def _services(self, state: RunState | None) -> None:
+        """The buffer, the reward actors and (agent workflows) the gateway, in the service bundle."""
+        cfg = self.cfg
+        self.buffer = TrajectoryBuffer.options(**self._options("buffer", "service")).remote(
+            cfg.rollout.batch_size, cfg.rollout.max_staleness, state.version if state else 0,
+            state.ledger if state else None, cfg.algorithm.dynamic_sampling)
+        r = cfg.reward
+        self.rewards = [RewardActor.options(**self._options(f"reward-{i}", "service"), max_restarts=r.max_restarts,
+                                            max_task_retries=r.max_restarts, max_concurrency=r.max_threads)
+                        .remote(cfg, i, [os.getcwd()]) for i in range(r.num_actors)]
+        wants = cfg.agent.wants_gateway(cfg.rollout.workflow)
+        self.gateway = Gateway.options(**self._options("gateway", "service")).remote(cfg, self.template_ref, []) \
+            if wants else None
+        self.gateway_url = ray.get(self.gateway.start.remote()) if self.gateway else ""
+
+    def rollout_worker(self, index: int):
+        """Rollout worker `index`, restartable (rollout.max_restarts): a restart reruns this constructor."""
+        return RolloutWorker.options(**self._options(f"rollout-{index}", "rollout", index),
+                                     max_restarts=self.cfg.rollout.max_restarts).remote(
+            index, self.cfg, self.model_path, self.template_ref, self.buffer, self.rewards,
+            self.placement.threads("rollout"), self.gateway, self.gateway_url, [os.getcwd()])
+
+    def _options(self, name: str, role: str, index: int = 0) -> dict:
+        return {"name": name, "namespace": self.namespace, **self.placement.actor_options(role, index)}
+
+    @property
+    def actors(self) -> list:
+        """Every actor handle created so far (the learner and critic ranks included)."""
+        groups = [g.workers for g in (self.learners, self.critics) if g is not None]
+        singles = [a for a in (self.buffer, self.gateway, self.broadcaster) if a is not None]
+        return [*singles, *self.rewards, *self.rollouts, *(w for g in groups for w in g)]
+
+    def close(self) -> None:
+        """Stop vLLM's engine processes first, then every actor, the placement group, and Ray if we started it."""
+        if self.rollouts:
+            ray.wait([w.shutdown.remote() for w in self.rollouts], num_returns=len(self.rollouts), timeout=20)
+        for a in self.actors:
+            ray.kill(a)
+        self.placement.remove()
+        if self.started_ray:
+            ray.shutdown()

@@ -1,0 +1,139 @@
+"""RolloutFleet: the rollout workers' generation loops seen from the driver. It starts them, notices a worker
+whose actor died, brings it back (its leased prompts requeued, the sync group formed anew, the current
+weights loaded, its loop started again), evaluates on them, and stops them at the end."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import ray
+
+from rayrl.config import EvalConfig, RolloutConfig
+from rayrl.faults import RolloutFailed, RunStopped, wait_all
+from rayrl.types import Task, WeightVersion
+
+log = logging.getLogger("rayrl")
+
+
+class RolloutFleet:
+    def __init__(self, system, rollout: RolloutConfig, sync_timeout_s: float) -> None:
+        self.workers, self.names = system.rollouts, system.rollout_names
+        self.buffer, self.broadcaster = system.buffer, system.broadcaster
+        self.cfg, self.sync_timeout_s = rollout, sync_timeout_s
+        self.loops: tuple = ()  # each worker's run() ref; replaced, never changed in place
+        self.restarts = [0] * len(self.workers)
+        self.recoveries: list[dict] = []  # when each death was seen and how long bringing it back took
+
+    def start(self) -> None:
+        self.loops = tuple(w.run.remote() for w in self.workers)
+
+    # ---- faults ---------------------------------------------------------------------------------
+    def dead(self) -> list[int]:
+        """Workers whose loop ended by the actor's death; a loop that raised or returned early is an error."""
+        done, _ = ray.wait(list(self.loops), num_returns=len(self.loops), timeout=0)
+        out = []
+        for ref in done:
+            i = self.loops.index(ref)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                out.append(i)
+                continue
+            raise RolloutFailed(f"rollout-{i}'s loop ended while training was still running", f"rollout-{i}")
+        return out
+
+    def heal(self) -> bool:
+        """Bring back every worker whose actor died; False if none had."""
+        dead = self.dead()
+        if not dead:
+            return False
+        seen_at, t0 = time.time(), time.perf_counter()
+        for i in dead:
+            ray.get(self.buffer.requeue.remote(i))  # counted in the buffer's ledger
+        deadline = time.monotonic() + self.cfg.restart_timeout_s
+        for i in dead:
+            self._await_restart(i, deadline)
+        ray.get(self.broadcaster.rejoin.remote())
+        loops = list(self.loops)
+        for i in dead:
+            self.restarts[i] += 1
+            ray.get(self.workers[i].mark_restart.remote(self.restarts[i]))
+            loops[i] = self.workers[i].run.remote()
+            self.recoveries.append({"worker": f"rollout-{i}", "seen_at": seen_at, "heal_s": time.perf_counter() - t0})
+            log.info("rollout-%d restarted (restart %d); rejoined at the current weights, its prompts requeued",
+                     i, self.restarts[i])
+        self.loops = tuple(loops)
+        return True
+
+    def _await_restart(self, i: int, deadline: float) -> None:
+        """Calls to a restarting actor fail at once (ActorUnavailableError): ask again until it answers."""
+        late = RolloutFailed(f"rollout-{i} did not come back within rollout.restart_timeout_s="
+                             f"{self.cfg.restart_timeout_s:.0f}s", f"rollout-{i}")
+        while True:
+            try:
+                ray.get(self.workers[i].health.remote(), timeout=max(0.1, deadline - time.monotonic()))
+                return
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise late from None
+                time.sleep(0.5)
+            except ray.exceptions.ActorDiedError as err:
+                raise RunStopped(f"rollout-{i} died and cannot be restarted (rollout.max_restarts spent, or its "
+                                 f"restart failed): {str(err).strip().splitlines()[-1][:300]}") from None
+            except ray.exceptions.GetTimeoutError:
+                raise late from None
+
+    def sync(self) -> WeightVersion:
+        """Weights to every rollout worker as v+1; a worker that failed the sync is brought back and the sync
+        redone. A learner rank's failure (LearnerFailed) is not caught here: the run cannot survive it."""
+        try:
+            return ray.get(self.broadcaster.sync.remote())
+        except RolloutFailed as err:
+            ray.wait(list(self.loops), num_returns=1, timeout=self.sync_timeout_s)  # a dead worker's loop ends too
+            if not self.dead():
+                raise
+            log.warning("weight sync failed (%s); restarting the rollout workers that died", err)
+            self.heal()
+            return ray.get(self.broadcaster.sync.remote())
+
+    # ---- evaluation and the colocated phases ---------------------------------------------------------
+    def evaluate(self, tasks: list[Task], e: EvalConfig) -> float:
+        """Held-out accuracy: the workflow's episodes spread over the workers; a sample counts at reward >= 1,
+        a task the workflow rejects as failed."""
+        k = len(self.workers)
+        parts = ray.get([w.evaluate.remote(tasks[i::k], e.samples_per_task, e.temperature)
+                         for i, w in enumerate(self.workers)])
+        successes = sum(s.reward >= 1.0 for part in parts for g in part for s in g.samples)
+        return successes / max(1, len(tasks) * e.samples_per_task)
+
+    def sleep(self) -> dict:
+        """Colocated: every engine gives the device to the learner (running requests finish first)."""
+        drain_s = self.cfg.request_timeout_s + self.sync_timeout_s
+        return wait_all([w.sleep.remote() for w in self.workers], self.names, "putting the rollout engines to sleep",
+                        drain_s, RolloutFailed)[0]
+
+    def sync_report(self) -> dict:
+        """Colocated: the device's memory once the weights were written, and how the engine took them."""
+        report = ray.get(self.workers[0].sync_report.remote())
+        out = {"mem_sync_gb": report.get("mem_sync_gb", 0.0)}
+        if "path" in report:
+            out.update(sync_path=report["path"], sync_write_s=report["seconds"])
+            if report["why"]:  # why vLLM's load_weights took the weights instead of the direct write
+                out["sync_path_why"] = report["why"]
+        return out
+
+    def stop(self) -> tuple[dict, dict]:
+        """Stop the loops and wake anything waiting on the buffer. Returns the workers' totals (summed, their
+        workflows' counts merged) and the buffer's ledger with the groups never used."""
+        ray.get([w.stop.remote() for w in self.workers])
+        ray.get(self.buffer.close.remote())
+        per_worker = ray.get(list(self.loops))  # each loop waits for its episodes still running
+        workflow: dict[str, int] = {}
+        for t in per_worker:
+            for k, v in t.pop("workflow").items():
+                workflow[k] = workflow.get(k, 0) + v
+        totals = {k: sum(t[k] for t in per_worker) for k in per_worker[0]} | {"workflow": workflow}
+        stats = ray.get(self.buffer.stats.remote())
+        keys = ("produced", "trained", "failed", "dropped_stale", "equal_rewards", "rejected", "requeued")
+        return totals, {k: stats[k] for k in keys} | {"unused": stats["waiting"]}

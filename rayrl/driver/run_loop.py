@@ -1,0 +1,158 @@
+"""RunLoop: one run's asynchronous step over the driver's owners. loop() is the step itself: take a batch the
+buffer admitted under the staleness bound, train on it, push the weights to the rollout workers as version v+1,
+report, checkpoint. Everything around it belongs to an owner set up in __init__."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import ray
+
+from rayrl import checkpoint
+from rayrl.checkpoint import RunState
+from rayrl.config import Config
+from rayrl.data import stream_position
+from rayrl.driver.fleet import RolloutFleet
+from rayrl.driver.prompts import PromptFeeder
+from rayrl.driver.reporter import StepReporter
+from rayrl.driver.reward_watch import RewardWatch
+from rayrl.faults import RunStopped, StopRequest
+from rayrl.types import Task
+
+log = logging.getLogger("rayrl")
+
+
+class RunLoop:
+    def __init__(self, cfg: Config, system, run_dir, tasks: tuple[list[Task], list[Task]],
+                 state: RunState | None = None) -> None:
+        self.cfg, self.system, self.run_dir = cfg, system, run_dir
+        self.train_tasks, self.eval_tasks = tasks
+        self.fleet = RolloutFleet(system, cfg.rollout, cfg.sync.timeout_s)
+        self.feeder = PromptFeeder(system.buffer, self.train_tasks, cfg.data.seed, cfg.rollout,
+                                   cfg.algorithm.dynamic_sampling)
+        self.watch = RewardWatch(system.rewards, cfg.reward, run_dir)
+        self.state = state
+        self.last_checkpoint = str(run_dir.resume_from) if state else None
+        if state is not None:
+            self._restore(state)
+        self.acc_before = state.eval_accuracy_before if state else self.fleet.evaluate(self.eval_tasks, cfg.eval)
+        self.reporter = StepReporter(run_dir, cfg, (state.wandb_id if state else "") or uuid.uuid4().hex[:12],
+                                     cfg.learner.total_steps)
+        self.skipped_steps = 0  # steps the learner did not apply: something was not finite
+        self.stop_request = StopRequest()  # SIGTERM: checkpoint at the end of the step, then stop
+
+    def _restore(self, state: RunState) -> None:
+        """The learner (and critic) load the checkpoint, the rollout workers take its weights as its version, its
+        finished groups go back into the buffer, its untrained prompts are fed again."""
+        s = self.system
+        s.learners.load(str(self.run_dir.resume_from / "learner"))
+        if s.critics:
+            s.critics.load(str(self.run_dir.resume_from / "critic"))
+        ray.get(s.broadcaster.publish.remote(state.version))
+        finished = checkpoint.load_groups(self.run_dir.resume_from)
+        ray.get(s.buffer.restore.remote(finished))
+        self.feeder.restore(state, finished)
+
+    # ---- the step ---------------------------------------------------------------------------------
+    def loop(self) -> dict:
+        """Steps after the checkpoint (or 1) to learner.total_steps; returns the loop's totals."""
+        cfg = self.cfg
+        first = self.state.step + 1 if self.state else 1
+        samples = self.state.samples if self.state else 0
+        self.feeder.feed_for(first - 1)
+        self.fleet.start()
+        t_loop, loop_samples, eval_s = time.perf_counter(), 0, 0.0
+        for step in range(first, cfg.learner.total_steps + 1):
+            t0 = time.perf_counter()
+            refs = self.next_batch(step)
+            t1 = time.perf_counter()
+            stats = self.train(step, refs)
+            t2 = time.perf_counter()
+            synced = self.fleet.sync()  # rollout workers and buffer move to v+1
+            t3 = time.perf_counter()
+            if cfg.placement.mode == "colocate":
+                stats.update(self.fleet.sync_report())
+            self.feeder.feed_for(step)
+            samples, loop_samples = samples + stats["samples"], loop_samples + stats["samples"]
+            rec = {"step": step, **stats, "reward_failures": self.watch.check(),
+                   "sampled_reward_mean": self.feeder.sampled_reward(stats["reward_mean"], stats["samples"]),
+                   "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds, "step_s": t3 - t0,
+                   "samples_per_s": loop_samples / (t3 - t_loop)}
+            if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.learner.total_steps:
+                t_eval = time.perf_counter()
+                rec["eval_accuracy"] = self.fleet.evaluate(self.eval_tasks, cfg.eval)
+                eval_s += time.perf_counter() - t_eval
+            rec["elapsed_s"] = time.perf_counter() - t_loop - eval_s  # training time, evaluations left out
+            self.reporter.step(rec, synced, sum(self.fleet.restarts))
+            every = cfg.checkpoint.every_steps
+            if (every and step % every == 0) or self.stop_request:
+                self.save_checkpoint(step, samples)
+            if self.stop_request and step < cfg.learner.total_steps:
+                raise RunStopped(f"stopped by signal {self.stop_request.signal} after step {step}; checkpoint "
+                                 f"{self.last_checkpoint}; run the same command again (checkpoint.resume=auto) "
+                                 "to continue", exit_code=128 + self.stop_request.signal)
+        return {"samples": samples, "loop_s": time.perf_counter() - t_loop, "eval_s": eval_s,
+                "steps": cfg.learner.total_steps - first + 1}
+
+    def next_batch(self, step: int) -> list[list[ray.ObjectRef]]:
+        """The buffer's next batch (list-wrapped refs) in stream order. While waiting: rollout workers that died
+        are brought back, prompts topped up, and reward failures checked (a failing reward stops the run, never
+        starves it)."""
+        ref = self.system.buffer.get_batch.remote(self.cfg.rollout.batch_size)
+        while not ray.wait([ref], timeout=0)[0]:
+            ready, _ = ray.wait([ref, *self.feeder.low_prompts(), *self.fleet.loops], num_returns=1,
+                                timeout=self.cfg.rollout.queue_check_s)
+            self.fleet.heal()
+            self.feeder.top_up_if_low()
+            if not ready:
+                self.watch.check()
+        items = sorted(ray.get(ref), key=lambda item: stream_position(item[1].task_id))
+        metas = [meta for _, meta in items]
+        self.feeder.trained([m.task_id for m in metas])
+        self.reporter.batch(step, metas)
+        return [wrapped for wrapped, _ in items]
+
+    def train(self, step: int, refs: list) -> dict:
+        """The policy step (and the critic's, for ppo); colocated, the engines sleep around it. A step the learner
+        could not apply (non-finite) is counted, or stops the run with learner.nonfinite=stop."""
+        s, colocated = self.system, self.cfg.placement.mode == "colocate"
+        t0 = time.perf_counter()
+        asleep = self.fleet.sleep() if colocated else {}
+        t1 = time.perf_counter()
+        if s.critics is None:
+            result = s.learners.train(refs)
+        else:
+            values = s.critics.values(refs)
+            result = s.learners.train(refs, values)
+            if not result.stats.get("skipped"):
+                result.stats.update(s.critics.train(refs, result.returns, values))
+        stats = result.stats
+        if colocated:
+            t2 = time.perf_counter()
+            s.learners.release()
+            stats.update(mem_generate_gb=asleep["mem_generate_gb"], mem_asleep_gb=asleep["mem_asleep_gb"],
+                         sleep_s=t1 - t0, release_s=time.perf_counter() - t2)
+        if stats.get("skipped"):
+            self.skipped_steps += 1
+            log.warning("step %d skipped: non-finite %s", step, stats["skipped"])
+            if self.cfg.learner.nonfinite == "stop":
+                raise RunStopped(f"step {step}: non-finite {stats['skipped']}, the update was not applied "
+                                 "(learner.nonfinite=stop)", exit_code=1)
+        return stats
+
+    def save_checkpoint(self, step: int, samples: int) -> None:
+        """Learner (and critic) state into a temporary directory, then the buffer's finished groups and the
+        driver's state, the manifest, the rename."""
+        s, root = self.system, self.run_dir.checkpoints
+        tmp = checkpoint.begin(root, step)
+        s.learners.save(str(tmp / "learner"))
+        if s.critics:
+            s.critics.save(str(tmp / "critic"))
+        version = ray.get(s.broadcaster.current_version.remote())
+        fed, pending = self.feeder.run_state_part()
+        items, ledger = ray.get(s.buffer.snapshot.remote())
+        groups = ray.get([wrapped[0] for wrapped, _ in items])
+        state = RunState(step, version, fed, pending, samples, self.acc_before, ledger, self.reporter.wandb_id)
+        self.last_checkpoint = str(checkpoint.commit(tmp, root, state, groups, self.cfg.checkpoint.keep))
