@@ -49,7 +49,8 @@ def agent_cfg(model_cache, tmp_path_factory):
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One real local Ray cluster for the whole pytest run (never `ray stop`)."""
-    ray = pytest.importorskip("ray")
+    import ray
+
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

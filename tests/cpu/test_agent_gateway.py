@@ -20,7 +20,7 @@ from rayrl.workflows.base import Sampling
 from rayrl.workflows.chat import prompt_ids
 from rayrl.workflows.tools import calculator, evaluate_arithmetic
 
-openai = pytest.importorskip("openai")
+import openai  # noqa: E402 - a test dependency: missing, these fail rather than skip
 TOOLS = [calculator.schema()]
 GREEDY = Sampling(1, 0.0, 72, 0)
 
@@ -38,7 +38,7 @@ async def _session(system):
 
 
 def test_two_turns_with_tools_record_exactly_the_sampled_tokens(agent_run):
-    system, task = agent_run, agent_run.eval_tasks[0]
+    system, task = agent_run, load_tasks(agent_run.cfg.data)[1][0]
 
     async def episode():
         sid, client = await _session(system)
@@ -143,10 +143,9 @@ def test_built_in_tool_use_workflow_masks_everything_but_the_policy_tokens(agent
 
 def test_a_langchain_agent_runs_against_the_gateway(agent_run):
     """recipes/langchain_agent.py: ChatOpenAI with bound tools, through the same session endpoint."""
-    pytest.importorskip("langchain_openai")
     from recipes.langchain_agent import solve
 
-    system, task = agent_run, agent_run.eval_tasks[1]
+    system, task = agent_run, load_tasks(agent_run.cfg.data)[1][1]
 
     async def episode():
         sid, client = await _session(system)

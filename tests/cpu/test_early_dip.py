@@ -9,7 +9,9 @@ import pytest
 from benchmarks.early_dip import BASE, SETUPS
 from rayrl.trainer import train
 
-RISE_32X8 = 0.05  # held-out greedy accuracy after 40 steps, above the start
+# held-out greedy accuracy above the start, about half the smallest rise of the benchmark's three seeds
+# (early_dip-20261201-121644.json: 32 x 8 after 40 steps +0.105 to +0.140; 8 x 4 after 60 steps +0.050 to +0.055)
+RISE = {"32x8": 0.05, "8x4": 0.025}
 
 
 @pytest.mark.parametrize("setup", ["32x8", "8x4"])
@@ -17,6 +19,6 @@ def test_short_run_does_not_get_worse(ray_cluster, make_cfg, setup):
     cfg = make_cfg(*BASE, *SETUPS[setup], "rollout.seed=0", "learner.seed=0", f"metrics.run_name=dip-{setup}")
     s = train(cfg)
     before, after = s["eval_accuracy_before"], s["eval_accuracy_after"]
-    want = before + (RISE_32X8 if setup == "32x8" else 0.0)
+    want = before + RISE[setup]
     assert after >= want, f"{setup}: held-out accuracy {before:.3f} -> {after:.3f} after {s['steps']} steps, want >= {want:.3f}"
     assert s["groups"]["equal_rewards"] > 0  # dynamic sampling (on in the recipe, set in BASE) dropped groups

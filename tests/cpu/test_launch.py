@@ -152,8 +152,11 @@ def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
         log.close()
-    time.sleep(2)
-    left = subprocess.run(["pgrep", "-f", temp], capture_output=True, text=True).stdout.split()
+    deadline, left = time.monotonic() + 30, ["?"]
+    while left and time.monotonic() < deadline:  # the head's children go with it, within seconds
+        left = subprocess.run(["pgrep", "-f", temp], capture_output=True, text=True).stdout.split()
+        if left:
+            time.sleep(0.5)
     for pid in left:  # a straggler outside the process group, still ours: it names our temp dir
         os.kill(int(pid), signal.SIGKILL)
     assert not left, f"processes of the test's cluster outlived its head: {left}"

@@ -12,7 +12,7 @@ from rayrl.data import load_tasks
 from rayrl.driver import ActorSystem
 from rayrl.types import GenerationRequest, TrajectoryGroup
 
-pytest.importorskip("vllm")
+import vllm  # noqa: E402,F401 - make test installs the CPU build: missing, these fail rather than skip
 
 
 @pytest.fixture(scope="module")

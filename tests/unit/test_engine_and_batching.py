@@ -69,8 +69,8 @@ def test_pause_mid_generation_tags_two_versions(setup):
         time.sleep(0.001)
     asyncio.run(engine.begin_weight_update())  # returns once the decode loop is parked at a token boundary
     parked_at = engine.decode_steps
-    time.sleep(0.05)
-    assert engine.decode_steps == parked_at  # nothing generated while paused
+    assert engine._gate.parked  # the decode loop waits at the gate: it cannot take another step
+    assert engine.decode_steps == parked_at
     asyncio.run(engine.end_weight_update(engine.version + 1))
     worker.join(timeout=60)
     versions = result["s"].versions
@@ -116,7 +116,6 @@ def test_vllm_engine_inputs_are_checked_before_start(tmp_path, setup):
 @pytest.mark.parametrize("fp32_head", [False, True])
 def test_vllm_engine_args_pass_vllm_own_validation(setup, fp32_head):
     """vLLM builds its model config from our engine args; vllm.lm_head_fp32 reaches it as head_dtype."""
-    pytest.importorskip("vllm")
     from rayrl.engines.rollout.vllm_async import engine_args
 
     cfg, path, *_ = setup

@@ -44,6 +44,12 @@ class _PauseGate:
             self.leave()
             self.enter()
 
+    @property
+    def parked(self) -> bool:
+        """Paused, with every decode loop waiting at a token boundary."""
+        with self._cond:
+            return self._paused and self._active == 0
+
     def pause(self) -> None:
         with self._cond:
             self._paused = True
