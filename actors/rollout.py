@@ -7,11 +7,11 @@ episodes are in flight."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import ray
 from rayrl import components
+from rayrl.actors.engine_use import EngineUse
 from rayrl.coalesce import Coalescer
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
@@ -21,7 +21,12 @@ from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGr
 from rayrl.workflows.base import EpisodeEngine, Sampling, request_seed
 
 
-SLEEP_POLL_S = 0.005  # how often a waiting engine call or a draining sleep() looks again
+COUNTERS = {"rollout_samples_total": "samples generated", "rollout_tokens_total": "completion tokens",
+            "rollout_errors_total": "failed episodes", "rollout_rejected_total": "tasks the workflow rejected",
+            "rollout_aborted_total": "samples cut short (request timeout), returned with partial tokens",
+            "rollout_starts_total": "times this worker started (more than 1: it was restarted)"}
+GAUGES = {"rollout_requests_in_flight": "prompts being generated now", "rollout_version": "policy version held",
+          "rollout_episodes_in_flight": "episodes running now"}
 
 
 class RewardUnavailable(RuntimeError):
@@ -52,21 +57,10 @@ class RolloutWorker:
         self.stopped, self.joined = False, False
         self.episodes: set[asyncio.Task] = set()  # episodes running now (generation, reward, hand-over)
         self.episode_error: BaseException | None = None
-        self.busy_since, self.calls_running = 0.0, 0  # gen_s: time the engine had any request
         self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0, "rejected": 0}
-        self.metrics = RayMetrics("rollout", f"rollout-{index}", {
-            "rollout_samples_total": "samples generated", "rollout_tokens_total": "completion tokens",
-            "rollout_errors_total": "failed episodes", "rollout_rejected_total": "tasks the workflow rejected",
-            "rollout_aborted_total": "samples cut short (request timeout), returned with partial tokens",
-            "rollout_starts_total": "times this worker started (more than 1: it was restarted)"},
-            {"rollout_requests_in_flight": "prompts being generated now", "rollout_version": "policy version held",
-             "rollout_episodes_in_flight": "episodes running now"})
+        self.metrics = RayMetrics("rollout", f"rollout-{index}", COUNTERS, GAUGES)
         self.metrics.inc("rollout_starts_total")
-        self.in_flight = 0
-        # colocated: cleared while the engine sleeps; engine calls wait for it (the control methods run on
-        # another thread, hence a threading.Event and a plain count of the calls inside the engine)
-        self.awake, self.engine_calls = threading.Event(), 0
-        self.awake.set()
+        self.use = EngineUse(self.metrics, self.totals)  # calls in the engine, in-flight gauge, gen_s, counters
         self.phase_memory: dict[str, float] = {}
         self.hand_over = Coalescer(lambda items: buffer.put_many.remote(index, items))
         self.scorers = [Coalescer(reward.score_many.remote) for reward in rewards]
@@ -75,43 +69,13 @@ class RolloutWorker:
     @ray.method(concurrency_group="gen")
     async def generate(self, requests: list[GenerationRequest]) -> list[Sample]:
         """Raw requests in, samples out (no reward, no buffer): episodes, evaluation, benchmarks, the gateway."""
-        await self._enter_engine()
-        self._in_flight(len(requests), 1)
+        await self.use.enter(len(requests))
+        samples = None
         try:
             samples = await self.engine.generate(requests)
         finally:
-            self._in_flight(-len(requests), -1)
-            self.engine_calls -= 1
-        self._count(samples)
+            self.use.leave(len(requests), samples)
         return samples
-
-    async def _enter_engine(self) -> None:
-        """Count this call in, unless the engine sleeps: then wait for it to wake (checked after counting,
-        so sleep() either sees this call and waits for it, or this call sees the sleep)."""
-        while True:
-            self.engine_calls += 1
-            if self.awake.is_set():
-                return
-            self.engine_calls -= 1
-            await asyncio.sleep(SLEEP_POLL_S)
-
-    def _in_flight(self, requests: int, calls: int) -> None:
-        """Requests in the engine (a gauge) and the time the engine had any (gen_s, summed)."""
-        self.in_flight += requests
-        self.metrics.set("rollout_requests_in_flight", self.in_flight)
-        if self.calls_running == 0:
-            self.busy_since = time.perf_counter()
-        self.calls_running += calls
-        if self.calls_running == 0:
-            self.totals["gen_s"] += time.perf_counter() - self.busy_since
-
-    def _count(self, samples: list[Sample]) -> None:
-        n_tokens = sum(len(s.completion_ids) for s in samples)
-        self.totals["samples"] += len(samples)
-        self.totals["tokens"] += n_tokens
-        self.metrics.inc("rollout_aborted_total", sum(s.finish_reason == "abort" for s in samples))
-        self.metrics.inc("rollout_samples_total", len(samples))
-        self.metrics.inc("rollout_tokens_total", n_tokens)
 
     async def _score(self, group: TrajectoryGroup) -> TrajectoryGroup:
         """Groups go to the reward actors in turn; those that finish together share one call."""
@@ -215,10 +179,8 @@ class RolloutWorker:
     async def sleep(self) -> dict:
         """Colocated: give the device to the learner until the next weight update. Engine calls already
         running finish first (at η = 0 only dynamic sampling leaves any); new ones wait."""
-        self.awake.clear()
         t0 = time.perf_counter()
-        while self.engine_calls:
-            await asyncio.sleep(SLEEP_POLL_S)
+        await self.use.drain()
         used = device_used_gb()  # the generate phase's peak: vLLM allocates its pools up front
         await self.engine.sleep(self.cfg.placement.sleep_level)
         self.phase_memory = {"mem_generate_gb": used, "mem_asleep_gb": device_used_gb()}
@@ -254,10 +216,10 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="ctrl")
     async def end_weight_update(self, version: int) -> None:
-        if not self.awake.is_set():  # weights written, the KV cache not back yet
+        if not self.use.awake.is_set():  # weights written, the KV cache not back yet
             self.phase_memory["mem_sync_gb"] = device_used_gb()
         await self.engine.end_weight_update(version)
-        self.awake.set()
+        self.use.awake.set()
         self.metrics.set("rollout_version", version)
 
     @ray.method(concurrency_group="ctrl")

@@ -92,7 +92,7 @@ def test_bucket_plan_pack_roundtrip():
 
 
 def test_token_versions_from_update_boundaries():
-    from rayrl.engines.rollout.vllm_async import token_versions  # pure function; vLLM imported lazily
+    from rayrl.engines.rollout.vllm_versions import token_versions
 
     assert token_versions(5, [], 3) == [3] * 5
     assert token_versions(5, [(2, 0)], 1) == [0, 0, 1, 1, 1]

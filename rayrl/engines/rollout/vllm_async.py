@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rayrl.config import VLLMConfig
 from rayrl.engines.rollout.base import EngineSetup
+from rayrl.engines.rollout.vllm_versions import VersionMarks, completion_versions
 from rayrl.engines.rollout.vllm_weight_sync import VLLMWeightSync
 from rayrl.types import GenerationRequest, Sample
 
@@ -75,15 +76,6 @@ def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, dtype: str, 
         seed=setup.seed, disable_log_stats=True, **weight_transfer)
 
 
-def token_versions(n_tokens: int, boundaries: list[tuple[int, int]], current: int) -> list[int]:
-    """Per-token policy versions from (tokens generated before an update, version before it) marks."""
-    versions, start = [], 0
-    for count, version in boundaries:
-        versions += [version] * (min(count, n_tokens) - start)
-        start = max(start, min(count, n_tokens))
-    return versions + [current] * (n_tokens - start)
-
-
 class VLLMRolloutEngine:
     def __init__(self, model_path: str, vllm: VLLMConfig, setup: EngineSetup, tokenizer) -> None:
         hf_config = check_engine_inputs(model_path, vllm)
@@ -93,9 +85,8 @@ class VLLMRolloutEngine:
         self.version = 0
         self.asleep = False  # colocated: sleeping while the learner trains, until the next weight update
         self.sync_ranks = vllm.tensor_parallel_size  # ranks this engine adds to the weight-sync group
-        self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0, "untracked_at_update": 0}
-        self._boundaries: dict[str, list[tuple[int, int, int]]] = {}  # request -> (index, tokens so far, version)
-        self._finished = 0
+        self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0}
+        self._marks = VersionMarks()
         self._paused = False  # the current weight update paused vLLM (requests were running)
         self._gate: asyncio.Event | None = None  # closed during a weight update: new requests wait at it
         self._weights = VLLMWeightSync(setup.transport, setup.bitwise)
@@ -151,14 +142,14 @@ class VLLMRolloutEngine:
         from vllm.sampling_params import RequestOutputKind
 
         # FINAL_ONLY, as LLM.generate does: streaming every token to Python costs ~25% throughput.
-        # Per-token versions come from the token counts recorded at each weight update (_mark_boundaries).
+        # Per-token versions come from the token counts recorded at each weight update (VersionMarks).
         params = SamplingParams(n=r.n, max_tokens=r.max_new_tokens, temperature=r.temperature, logprobs=0, seed=r.seed,
                                 ignore_eos=r.ignore_eos, detokenize=False,
                                 output_kind=RequestOutputKind.FINAL_ONLY,
                                 stop_token_ids=[] if r.ignore_eos else [self.tokenizer.eos_token_id])
         rid = f"{r.request_id}-{uuid.uuid4().hex[:8]}"
         await self._gate.wait()  # a weight update in progress: start on the new weights
-        self._boundaries[rid] = []  # no await since the gate: an update now sees this request as running
+        self._marks.open(rid)  # no await since the gate: an update now sees this request as running
         timed_out = []
         timeout = self.setup.request_timeout_s if r.timeout_s is None else r.timeout_s
         timer = self._loop.call_later(timeout, self._expire, rid, timed_out)
@@ -168,23 +159,21 @@ class VLLMRolloutEngine:
                 final = out
         finally:
             timer.cancel()
-            boundaries = self._boundaries.pop(rid)
+            marks = self._marks.close(rid)
         by_index = {c.index: c for c in (final.outputs if final is not None else [])}
         samples = []
         for i in range(r.n):
             c = by_index.get(i)
             tokens = list(c.token_ids) if c is not None else []
-            marks = [(count, version) for index, count, version in boundaries if index == i]
             samples.append(Sample(
                 request_id=r.request_id, prompt_ids=list(r.prompt_ids), completion_ids=tokens,
                 logprobs=[lp[t].logprob for lp, t in zip(c.logprobs or [], tokens)] if c is not None else [],
-                versions=token_versions(len(tokens), marks, self.version),
+                versions=completion_versions(len(tokens), marks, i, self.version),
                 finish_reason=(c.finish_reason if c is not None and c.finish_reason else "abort"),
                 text=self.tokenizer.decode(tokens, skip_special_tokens=True)))
         self.counts["aborted"] += sum(s.finish_reason == "abort" for s in samples)
         self.counts["timed_out"] += len(timed_out) * r.n
         self.counts["tokens_done"] += sum(len(s.completion_ids) for s in samples)
-        self._finished += 1
         return samples
 
     def _expire(self, rid: str, timed_out: list) -> None:
@@ -197,39 +186,20 @@ class VLLMRolloutEngine:
 
     async def _pause(self) -> None:
         await self.llm.pause_generation(mode="keep", clear_cache=self.vllm.recompute_kv_on_sync)
-        seen = None
-        while self._boundaries and seen != (now := (self._finished, await self._tokens_in_flight())):  # pre-pause
-            # outputs arrive (nothing to wait for when no request is running)
-            seen = now
+        seen, m = None, self._marks
+        while m.running() and seen != (now := (m.finished, m.tokens_in_flight(self.llm))):  # pre-pause outputs
+            seen = now  # arrive (nothing to wait for when no request is running)
             await asyncio.sleep(SETTLE_TICK_S)
-        self._mark_boundaries()
-
-    def _in_flight(self, unmatched: list | None = None):
-        """(our request id, completion index, tokens generated so far) per running completion."""
-        for state in list(self.llm.output_processor.request_states.values()):
-            rid = getattr(state, "external_req_id", None) or state.request_id
-            if rid not in self._boundaries:  # vLLM < 0.27 names a child of an n > 1 request "<index>_<id>"
-                rid = rid.split("_", 1)[-1]
-            if rid in self._boundaries:
-                yield rid, state.request_index, state.detokenizer.num_output_tokens()
-            elif unmatched is not None:
-                unmatched.append(state.request_id)
-
-    def _mark_boundaries(self) -> None:
-        """Tokens generated so far by each running request were made by the current version."""
-        unmatched: list[str] = []
-        for rid, index, n in self._in_flight(unmatched):
-            self._boundaries[rid].append((index, n, self.version))
-        # a vLLM whose request bookkeeping we cannot read would tag these tokens with the new version
-        self.counts["untracked_at_update"] += len(unmatched)
+        m.mark(self.llm, self.version)
 
     def stats(self) -> dict:
         """Counters plus tokens generated so far, in-flight requests included."""
         in_flight = self._on_loop_blocking(self._tokens_in_flight())  # vLLM's request states live on the loop
-        return {**self.counts, "tokens_generated": self.counts["tokens_done"] + in_flight}
+        return {**self.counts, "untracked_at_update": self._marks.untracked,
+                "tokens_generated": self.counts["tokens_done"] + in_flight}
 
     async def _tokens_in_flight(self) -> int:
-        return sum(n for _, _, n in self._in_flight())
+        return self._marks.tokens_in_flight(self.llm)
 
     async def resume(self) -> None:
         await self._on_loop(self.llm.resume_generation())
@@ -238,7 +208,7 @@ class VLLMRolloutEngine:
         """The start of a weight update: new requests wait at the gate; vLLM is paused only when requests are
         running (its pause_generation sleeps 20 ms even when idle)."""
         self._gate.clear()
-        self._paused = bool(self._boundaries)
+        self._paused = self._marks.running()
         if self._paused:
             await self._pause()
 

@@ -1,0 +1,58 @@
+"""Which policy version made each token of the requests running in vLLM. At every weight update the tokens each
+running completion holds so far are marked with the version before the update; when a completion finishes, its
+per-token versions follow from its marks. vLLM streams only final outputs (FINAL_ONLY), so the marks are read
+from its request bookkeeping at the update, not from a token stream."""
+
+from __future__ import annotations
+
+
+def token_versions(n_tokens: int, boundaries: list[tuple[int, int]], current: int) -> list[int]:
+    """Per-token policy versions from (tokens generated before an update, version before it) marks."""
+    versions, start = [], 0
+    for count, version in boundaries:
+        versions += [version] * (min(count, n_tokens) - start)
+        start = max(start, min(count, n_tokens))
+    return versions + [current] * (n_tokens - start)
+
+
+class VersionMarks:
+    def __init__(self) -> None:
+        self.marks: dict[str, list[tuple[int, int, int]]] = {}  # request -> (completion index, tokens so far, version)
+        self.finished = 0  # requests done so far (a pause waits until outputs stop arriving)
+        self.untracked = 0  # completions seen at an update that we could not match to a request of ours
+
+    def open(self, rid: str) -> None:
+        self.marks[rid] = []
+
+    def close(self, rid: str) -> list[tuple[int, int, int]]:
+        self.finished += 1
+        return self.marks.pop(rid)
+
+    def running(self) -> bool:
+        return bool(self.marks)
+
+    def in_flight(self, llm, unmatched: list | None = None):
+        """(our request id, completion index, tokens generated so far) per running completion."""
+        for state in list(llm.output_processor.request_states.values()):
+            rid = getattr(state, "external_req_id", None) or state.request_id
+            if rid not in self.marks:  # vLLM < 0.27 names a child of an n > 1 request "<index>_<id>"
+                rid = rid.split("_", 1)[-1]
+            if rid in self.marks:
+                yield rid, state.request_index, state.detokenizer.num_output_tokens()
+            elif unmatched is not None:
+                unmatched.append(state.request_id)
+
+    def tokens_in_flight(self, llm) -> int:
+        return sum(n for _, _, n in self.in_flight(llm))
+
+    def mark(self, llm, version: int) -> None:
+        """Tokens generated so far by each running request were made by `version`."""
+        unmatched: list[str] = []
+        for rid, index, n in self.in_flight(llm, unmatched):
+            self.marks[rid].append((index, n, version))
+        self.untracked += len(unmatched)  # such tokens would be tagged with the new version
+
+
+def completion_versions(n_tokens: int, marks: list[tuple[int, int, int]], index: int, current: int) -> list[int]:
+    """The versions of completion `index`'s tokens from its request's marks."""
+    return token_versions(n_tokens, [(count, version) for i, count, version in marks if i == index], current)
