@@ -33,7 +33,7 @@ def test_save_export_resume(ray_cluster, make_cfg, random_groups, tmp_path, back
     try:
         group.train(items)
         group.save(str(tmp_path / "ckpt"))
-        expected = group.train(items)
+        expected = group.train(items).stats
         expected_weights = group.full_weights()
     finally:
         group.kill()
@@ -49,7 +49,7 @@ def test_save_export_resume(ray_cluster, make_cfg, random_groups, tmp_path, back
     try:
         group.load(str(tmp_path / "ckpt"))
         learner_lp = group.completion_logprobs(groups)
-        resumed = group.train(items)
+        resumed = group.train(items).stats
         resumed_weights = group.full_weights()
     finally:
         group.kill()

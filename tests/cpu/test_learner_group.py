@@ -15,7 +15,7 @@ def train_twice(cfg, model_path, items, name):
     plan.create()
     group = LearnerGroup(cfg, model_path, plan)
     try:
-        stats = [group.train(items) for _ in range(2)]
+        stats = [group.train(items).stats for _ in range(2)]
         return stats, group.full_weights()
     finally:
         group.kill()
