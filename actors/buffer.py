@@ -143,3 +143,6 @@ class TrajectoryBuffer:
 
     async def stats(self) -> dict:
         return self.state.stats()
+
+    async def ping(self) -> bool:
+        return True

@@ -19,7 +19,7 @@ from rayrl.config import TYPE_DEFAULTS, load_config
 from rayrl.driver import start_ray
 from rayrl.trainer import train
 
-BASE = ["data.eval_size=200", "metrics.progress=false", "checkpoint.save_final=false",
+BASE = ["data.eval_size=200", "metrics.progress=false", "checkpoint.save_final=false", "checkpoint.every_steps=0",
         "scheduler.include_dashboard=false", "checkpoint.resume=never"]
 WINDOW = 10
 

@@ -58,7 +58,7 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128) -> list[str
 def run_once(config: str | None, overrides: list[str], eta: int, steps: int, warmup: int, name: str,
              sampler: GpuBusySampler) -> dict:
     cfg = load_config(config, [*overrides, f"learner.total_steps={steps}", f"rollout.max_staleness={eta}",
-                               "metrics.progress=false", "eval.every_steps=0", "checkpoint.save_final=false",
+                               "metrics.progress=false", "eval.every_steps=0", "checkpoint.save_final=false", "checkpoint.every_steps=0",
                                f"metrics.run_name={name}", "scheduler.include_dashboard=false"])
     start_ray(cfg.scheduler, 3)
     s = train(cfg)

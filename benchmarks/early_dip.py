@@ -20,7 +20,7 @@ from rayrl.trainer import train
 
 SETUPS = {"32x8": ["learner.total_steps=40", "rollout.batch_size=32", "rollout.group_size=8"],
           "8x4": ["learner.total_steps=60", "rollout.batch_size=8", "rollout.group_size=4"]}
-BASE = ["data.eval_size=200", "rollout.max_staleness=1", "algorithm.dynamic_sampling=true", "metrics.progress=false", "checkpoint.save_final=false",
+BASE = ["data.eval_size=200", "rollout.max_staleness=1", "algorithm.dynamic_sampling=true", "metrics.progress=false", "checkpoint.save_final=false", "checkpoint.every_steps=0",
         "scheduler.include_dashboard=false", "checkpoint.resume=never"]
 BLOCK = 10
 SERIES = ("sampled_reward_mean", "reward_mean", "equal_reward_groups", "response_len_mean", "sampled_nll_mean")

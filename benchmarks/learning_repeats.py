@@ -19,7 +19,7 @@ from rayrl.trainer import train
 # the run tests/cpu/test_learning.py makes (its fixture adds a private model cache and run directory)
 STEPS = 150
 TEST_RUN = [f"learner.total_steps={STEPS}", "rollout.batch_size=32", "rollout.group_size=8", "data.eval_size=200",
-            "rollout.max_staleness=1", "algorithm.dynamic_sampling=true", "metrics.progress=false", "checkpoint.save_final=false",
+            "rollout.max_staleness=1", "algorithm.dynamic_sampling=true", "metrics.progress=false", "checkpoint.save_final=false", "checkpoint.every_steps=0",
             "scheduler.include_dashboard=false"]
 WINDOW = 25  # steps averaged at each end of the run
 

@@ -28,7 +28,7 @@ VARIANTS = {
                  "algorithm.behav_imp_weight_cap=2.0"],
     "eta0": ["rollout.max_staleness=0"],
 }
-BASE = ["data.eval_size=200", "metrics.progress=false", "checkpoint.save_final=false",
+BASE = ["data.eval_size=200", "metrics.progress=false", "checkpoint.save_final=false", "checkpoint.every_steps=0",
         "scheduler.include_dashboard=false", "checkpoint.resume=never"]
 
 

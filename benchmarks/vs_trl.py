@@ -140,7 +140,7 @@ def run_rayrl(backend: str, steps: int, eval_every: int, overrides: list[str]) -
 
     cfg = load_config(RECIPE, [*SAME, *overrides, f"rollout.engine={backend}", f"learner.total_steps={steps}",
                                f"eval.every_steps={eval_every}", "metrics.progress=false",
-                               "checkpoint.save_final=false", f"metrics.run_name=vs-trl-{backend}",
+                               "checkpoint.save_final=false", "checkpoint.every_steps=0", f"metrics.run_name=vs-trl-{backend}",
                                "scheduler.include_dashboard=false"])
     start_ray(cfg.scheduler, 3)
     try:

@@ -40,7 +40,7 @@ class SchedulerConfig(_Section):
     type: Literal["local", "ray"] = F("local", "local: a private Ray cluster for this run; ray: join a running one.")
     address: str = F("auto", "The cluster to join when type=ray: 'auto', host:port of the head, or ray://...")
     connect_timeout_s: float = F(10.0, "type=ray with host:port: the head must answer within it.", gt=0)
-    include_dashboard: bool = F(True, "Start Ray's dashboard (bound to dashboard_host); `ray list actors` needs it.")
+    include_dashboard: bool = F(True, "Start Ray's dashboard (on dashboard_host); `ray list actors` needs it.")
     loopback_only: bool = F(True, "local: every listener of the private cluster on 127.0.0.1; false binds the "
                                   "node's address, for attaching other nodes.")
     dashboard_host: str = F("127.0.0.1", "The address the dashboard listens on.")
@@ -94,7 +94,7 @@ class DataConfig(_Section):
                       "word_problems: arithmetic in words, for a calculator-tool agent.")
     path: str | None = F(None, "gsm8k: a local JSONL of {question, answer} lines; unset reads hf_dataset.")
     hf_dataset: str = F("openai/gsm8k", "gsm8k without path: the Hugging Face dataset.")
-    ops: list[Literal["+", "-", "*"]] = F(["+"], "arithmetic: the operations.")
+    ops: list[Literal["+", "-", "*"]] = F(["+"], "arithmetic: the operations (at least one).", min_length=1)
     min_operand: int = F(0, "arithmetic, word_problems: smallest operand.")
     max_operand: int = F(49, "arithmetic, word_problems: largest operand.")
     eval_size: int = F(200, "Problems held out for evaluation.", ge=1)
@@ -116,10 +116,11 @@ class RewardConfig(_Section):
     timeout_s: float = F(5.0, "Per call, from its start; a call past it is abandoned and counted.", gt=0)
     max_threads: int = F(4, "Reward calls running at once per reward actor.", ge=1)
     max_restarts: int = F(3, "A dead reward actor is restarted; the groups it was scoring are retried.", ge=0)
-    max_failure_fraction: float = F(0.5, "Failures (raised, timed out, non-finite, wrong type) among the last "
-                                         "failure_window samples past which the run stops, naming the function.",
-                                    gt=0, le=1)
+    max_failure_fraction: float = F(0.5, "Failed samples (raised, timed out, non-finite, wrong type) among the "
+                                         "last failure_window past which the run stops.", gt=0, le=1)
     failure_window: int = F(256, "Samples the failure fraction is taken over.", ge=1)
+    max_failing_s: float = F(45.0, "Every sample scored for this long failed: the run stops, however slowly the "
+                                   "failures come (a reward that hangs on every call).", gt=0)
 
 
 class RolloutConfig(_Section):
@@ -196,8 +197,7 @@ class AgentConfig(_Section):
     system_prompt: str | None = F(None, "ToolUse: a system message before the task.")
     fn: str | None = F(None, "OpenAIAgent: 'pkg.module:agent', an async function (client, task) -> reward or None.")
     episode_timeout_s: float = F(300.0, "An agent episode past it is cancelled and counted.", gt=0)
-    gateway: bool | None = F(None, "The OpenAI-compatible endpoint (/v1/chat/completions); unset: on when the "
-                                   "workflow needs it.")
+    gateway: bool | None = F(None, "The OpenAI-compatible endpoint; unset: on when the workflow needs it.")
     gateway_host: str = F("127.0.0.1", "The gateway's address; in a multi-node run, one the rollout nodes reach.")
     gateway_port: int = F(0, "0: a free port.", ge=0, le=65535)
     session_timeout_s: float = F(600.0, "A session idle for longer is closed and counted as abandoned.", gt=0)
@@ -320,11 +320,12 @@ class CheckpointConfig(_Section):
     """Resumable checkpoints and the final export."""
 
     save_final: bool = F(True, "Hugging Face export of the trained policy into the run directory.")
-    every_steps: int = F(0, "A resumable checkpoint every N steps; 0: none.", ge=0)
+    every_steps: int | None = F(None, "A checkpoint every N steps; 0: none; unset: by time (every_minutes).", ge=0)
+    every_minutes: float = F(10.0, "With every_steps unset: a checkpoint after the first step, then whenever this "
+                                   "long has passed since the last (a killed run loses at most this).", gt=0)
     keep: int = F(2, "The newest complete checkpoints kept.", ge=1)
     dir: str | None = F(None, "Unset: <run directory>/checkpoints.")
-    resume: str = F("auto", "auto: continue this run's newest complete checkpoint; never: start anew beside it; "
-                            "or the path of one checkpoint.")
+    resume: str = F("auto", "auto: continue this run's newest checkpoint; never: start anew; or a checkpoint path.")
 
 
 class MetricsConfig(_Section):

@@ -3,7 +3,7 @@ rather than with 'unknown key' (CHANGELOG.md lists when each moved)."""
 
 from __future__ import annotations
 
-from rayrl.config_yaml import ConfigError
+from rayrl.config_yaml import ConfigError, invalid
 
 _VLLM_KEYS = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization", "kv_cache_gb", "cpu_kv_cache_gb",
               "dtype", "load_format", "enforce_eager", "max_num_seqs", "max_num_batched_tokens",
@@ -46,4 +46,4 @@ def check_moved(tree: dict) -> None:
     """Raise naming every moved key the tree still uses and where it lives now."""
     moved = [(k, new) for k in _paths(tree) if (new := new_place(k))]
     if moved:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(f"'{k}' moved to '{new}'" for k, new in moved))
+        raise ConfigError(invalid([f"'{k}' moved to '{new}'" for k, new in moved]))

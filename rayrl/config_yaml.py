@@ -90,4 +90,9 @@ def explain(err, config_cls, sections: dict) -> str:
                          f"not a value (got {e.get('input')!r})")
         else:
             lines.append(f"bad value for '{key}': {e['msg']} (got {e.get('input')!r})")
-    return "invalid config:\n  " + "\n  ".join(lines)
+    return invalid(lines)
+
+
+def invalid(lines: list[str]) -> str:
+    """One problem on one line; several, a line each under a heading."""
+    return f"invalid config: {lines[0]}" if len(lines) == 1 else "invalid config:\n  " + "\n  ".join(lines)

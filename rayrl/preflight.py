@@ -1,6 +1,8 @@
-"""What can be checked before Ray starts is checked before Ray starts: the reward function imports and
-takes (sample, task), the workflow class and agent function import, the files the config names exist, the run directory can be one, the cluster at
-scheduler.address answers. Each failure is a ConfigError naming the key, the value and what is expected."""
+"""What can be checked before Ray starts is checked before Ray starts: the reward function imports and takes
+(sample, task), the workflow class and agent function import, the files and directories the config names, the
+task's data (the file parses, has its fields and answers, leaves problems to train on), one sequence fits a
+micro-batch, the cluster at scheduler.address answers. Each failure is a ConfigError naming the key or the file
+and line, the value, and what is expected."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import socket
 from pathlib import Path
 
 from rayrl.config import Config, ConfigError
+from rayrl.data import PromptTemplate, load_tasks
 from rayrl.imports import load_object
+from rayrl.models.tokenizer import build_char_tokenizer, build_chat_tokenizer, load_tokenizer
 from rayrl.rewards.registry import load_reward_fn
+from rayrl.types import Task
 
 
 def check_reward_fn(spec: str) -> None:
@@ -49,12 +54,44 @@ def check_paths(cfg: Config) -> None:
                           "expected a local directory, or leave it unset to build the small model")
     if cfg.data.task == "gsm8k" and cfg.data.path is not None and not Path(cfg.data.path).expanduser().is_file():
         raise ConfigError(f"data.path '{cfg.data.path}' is not a file; expected a jsonl of question / answer lines")
-    run_dir = Path(cfg.metrics.run_dir).expanduser()
-    for parent in (run_dir, *run_dir.parents):
+    _directory("metrics.run_dir", cfg.metrics.run_dir)
+    if cfg.model.path is None:
+        _directory("demo.cache_dir", cfg.demo.cache_dir)
+
+
+def _directory(key: str, value: str) -> None:
+    """The path is a directory, or can become one (its nearest existing parent is a directory)."""
+    path = Path(value).expanduser()
+    for parent in (path, *path.parents):
         if parent.exists():
             if not parent.is_dir():
-                raise ConfigError(f"metrics.run_dir '{cfg.metrics.run_dir}': '{parent}' is a file, not a directory")
+                raise ConfigError(f"{key} '{value}': '{parent}' is a file, not a directory")
             break
+
+
+def check_data(cfg: Config) -> tuple[list[Task], list[Task]]:
+    """The task's problems load (file, fields, answers) and leave some to train on; returns (train, held out)."""
+    if cfg.data.task == "gsm8k" and cfg.model.path is None:
+        raise ConfigError("data.task=gsm8k needs model.path (a local Hugging Face model directory); the demo model "
+                          "is built for data.task=arithmetic and word_problems")
+    try:
+        return load_tasks(cfg.data)
+    except (ValueError, OSError) as err:
+        raise ConfigError(f"data: {err}") from None
+
+
+def check_micro_batch(cfg: Config, tasks: list[Task]) -> None:
+    """learner.max_tokens_per_micro_batch holds the longest prompt plus rollout.max_new_tokens."""
+    if cfg.model.path is not None:
+        tokenizer = load_tokenizer(str(Path(cfg.model.path).expanduser()))
+    else:
+        tokenizer = build_char_tokenizer() if cfg.data.task == "arithmetic" else build_chat_tokenizer()
+    template = PromptTemplate(tokenizer)
+    longest = max(len(template.encode(t)) for t in tasks) + cfg.rollout.max_new_tokens
+    if longest > cfg.learner.max_tokens_per_micro_batch:
+        raise ConfigError(f"learner.max_tokens_per_micro_batch={cfg.learner.max_tokens_per_micro_batch} is below one "
+                          f"sequence: the longest prompt plus rollout.max_new_tokens is {longest} tokens; raise it to "
+                          f"at least {longest}")
 
 
 def check_address(cfg: Config) -> None:
@@ -72,8 +109,12 @@ def check_address(cfg: Config) -> None:
                           f"{s.connect_timeout_s}s ({err}); start one with `ray start --head` or fix the address") from None
 
 
-def preflight(cfg: Config) -> None:
+def preflight(cfg: Config) -> tuple[list[Task], list[Task]]:
+    """Every check; returns the task's (train, held-out) problems, loaded while checking them."""
     check_reward_fn(cfg.reward.fn)
     check_workflow(cfg)
     check_paths(cfg)
+    tasks = check_data(cfg)
+    check_micro_batch(cfg, [*tasks[0], *tasks[1]])
     check_address(cfg)
+    return tasks

@@ -9,7 +9,6 @@ import ray
 
 from rayrl import logs
 from rayrl.config import Config
-from rayrl.data import load_tasks
 from rayrl.driver.actor_system import ActorSystem
 from rayrl.driver.run_directory import RunDirectory
 from rayrl.driver.run_loop import RunLoop
@@ -24,9 +23,8 @@ class Trainer:
 
     def __init__(self, cfg: Config) -> None:
         logs.configure(cfg.metrics.log_level)
-        preflight(cfg)  # before Ray starts and before any model is built
+        self.tasks = preflight(cfg)  # before Ray starts and before any model is built; (train, held-out) tasks
         self.cfg = cfg
-        self.tasks = load_tasks(cfg.data)
         self.run_dir = RunDirectory(cfg.metrics, cfg.checkpoint)
 
     def run(self) -> dict:
@@ -49,19 +47,24 @@ class Trainer:
 
     @staticmethod
     def _stopped(system, last_checkpoint: str | None, err: Exception) -> RunStopped | None:
-        """A learner rank that died stops the run in one line naming it and where to resume."""
+        """A learner rank or the buffer that died stops the run in one line naming it and where to resume."""
         dead = system.learners.dead_ranks()
-        if not dead and not isinstance(err, LearnerFailed):
+        if dead:
+            who = f"learner rank {', '.join(map(str, dead))} died"
+        elif isinstance(err, LearnerFailed):
+            who = str(err)
+        elif not _alive(system.buffer):
+            who = "the trajectory buffer died (the actor that holds the prompt queue and the finished groups)"
+        else:
             return None
         where = (f"the last checkpoint is {last_checkpoint}; run again with checkpoint.resume=auto to continue from "
                  "it" if last_checkpoint else "no checkpoint was written (checkpoint.every_steps=0)")
-        who = f"learner rank {', '.join(map(str, dead))} died" if dead else str(err)
         return RunStopped(f"{who} ({type(err).__name__}); the run stopped: {where}")
 
     def _finish(self, system, run: RunLoop, totals: dict, t_start: float) -> dict:
         cfg, fleet = self.cfg, run.fleet
         worker_totals, ledger = fleet.stop()
-        acc_after = fleet.evaluate(run.eval_tasks, cfg.eval)
+        acc_after = run.evaluate()
         if cfg.checkpoint.save_final:
             system.learners.save(str(self.run_dir.path / "final"))
         n = max(1, totals["steps"])
@@ -82,6 +85,17 @@ class Trainer:
         self.run_dir.write_json("summary.json", summary)
         run.reporter.close(summary)
         return summary
+
+
+def _alive(actor, timeout_s: float = 5.0) -> bool:
+    """The actor answers within timeout_s (a busy one that does not answer counts as alive)."""
+    try:
+        ray.get(actor.ping.remote(), timeout=timeout_s)
+    except ray.exceptions.RayActorError:
+        return False
+    except ray.exceptions.GetTimeoutError:
+        pass
+    return True
 
 
 def train(cfg: Config) -> dict:

@@ -27,14 +27,26 @@ def final_answer(answer: str) -> str:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
+    """GSM8K's own format, one {"question", "answer"} object per line; a bad line raises naming the file and line."""
     rows = []
-    for i, line in enumerate(path.read_text().splitlines()):
+    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines()):
         if not line.strip():
             continue
-        row = json.loads(line)
-        if "question" not in row or "answer" not in row:
-            raise ValueError(f"{path}:{i + 1}: expected keys 'question' and 'answer', got {sorted(row)}")
+        where = f"{path}:{i + 1}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{where}: not a JSON object ({err.msg}); expected {{\"question\": ..., \"answer\": ...}}") \
+                from None
+        if not isinstance(row, dict) or not isinstance(row.get("question"), str) \
+                or not isinstance(row.get("answer"), str):
+            got = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise ValueError(f"{where}: expected string keys 'question' and 'answer', got {got}")
+        if FINAL_ANSWER.search(row["answer"]) is None:
+            raise ValueError(f"{where}: the answer has no '#### <number>' line: {row['answer'][-60:]!r}")
         rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: no problems in it; expected GSM8K's jsonl, one {{question, answer}} per line")
     return rows
 
 

@@ -98,12 +98,14 @@ class RolloutFleet:
             return ray.get(self.broadcaster.sync.remote())
 
     # ---- evaluation and the colocated phases ---------------------------------------------------------
-    def evaluate(self, tasks: list[Task], e: EvalConfig) -> float:
+    def evaluate(self, tasks: list[Task], e: EvalConfig, while_waiting, period_s: float) -> float:
         """Held-out accuracy: the workflow's episodes spread over the workers; a sample counts at reward >= 1,
-        a task the workflow rejects as failed."""
+        a task the workflow rejects as failed. while_waiting() is called every period_s until it is done."""
         k = len(self.workers)
-        parts = ray.get([w.evaluate.remote(tasks[i::k], e.samples_per_task, e.temperature)
-                         for i, w in enumerate(self.workers)])
+        refs = [w.evaluate.remote(tasks[i::k], e.samples_per_task, e.temperature) for i, w in enumerate(self.workers)]
+        while ray.wait(refs, num_returns=len(refs), timeout=period_s)[1]:
+            while_waiting()
+        parts = ray.get(refs)
         successes = sum(s.reward >= 1.0 for part in parts for g in part for s in g.samples)
         return successes / max(1, len(tasks) * e.samples_per_task)
 

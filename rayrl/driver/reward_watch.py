@@ -4,6 +4,8 @@ and the first error, whether the driver is waiting for a batch or training."""
 
 from __future__ import annotations
 
+import time
+
 import ray
 
 from rayrl.config import RewardConfig
@@ -12,13 +14,22 @@ from rayrl.rewards.scoring import failing, merge_stats
 
 
 class RewardWatch:
-    def __init__(self, rewards: list, reward: RewardConfig, run_dir) -> None:
-        self.rewards, self.cfg, self.run_dir = rewards, reward, run_dir
+    def __init__(self, rewards: list, reward: RewardConfig, run_dir, period_s: float) -> None:
+        """period_s: how often check_due() asks the reward actors (rollout.queue_check_s)."""
+        self.rewards, self.cfg, self.run_dir, self.period_s = rewards, reward, run_dir, period_s
+        self.last_check = 0.0
 
     def check(self) -> dict[str, int]:
-        """Failed samples by reason so far; raises RunStopped once failures pass the bound."""
+        """Failed samples by reason so far; raises RunStopped once failures pass a bound."""
+        self.last_check = time.monotonic()
         stats = merge_stats(ray.get([a.stats.remote() for a in self.rewards]))
         path = self.run_dir.write_json("reward_failures.json", stats)
-        if why := failing(stats, self.cfg.fn, self.cfg.max_failure_fraction, self.cfg.failure_window):
+        r = self.cfg
+        if why := failing(stats, r.fn, r.max_failure_fraction, r.failure_window, r.max_failing_s, time.time()):
             raise RunStopped(f"{why}; details in {path}", exit_code=1)
         return {k: v for k, v in stats["counts"].items() if k != "ok"}
+
+    def check_due(self) -> None:
+        """check(), at most once per period: called while the driver waits for anything."""
+        if time.monotonic() - self.last_check >= self.period_s:
+            self.check()

@@ -32,12 +32,13 @@ class RunLoop:
         self.fleet = RolloutFleet(system, cfg.rollout, cfg.sync.timeout_s)
         self.feeder = PromptFeeder(system.buffer, self.train_tasks, cfg.data.seed, cfg.rollout,
                                    cfg.algorithm.dynamic_sampling)
-        self.watch = RewardWatch(system.rewards, cfg.reward, run_dir)
+        self.watch = RewardWatch(system.rewards, cfg.reward, run_dir, cfg.rollout.queue_check_s)
         self.state = state
         self.last_checkpoint = str(run_dir.resume_from) if state else None
+        self.last_saved = time.monotonic() if state else None  # a resumed run starts from a checkpoint
         if state is not None:
             self._restore(state)
-        self.acc_before = state.eval_accuracy_before if state else self.fleet.evaluate(self.eval_tasks, cfg.eval)
+        self.acc_before = state.eval_accuracy_before if state else self.evaluate()
         self.reporter = StepReporter(run_dir, cfg, (state.wandb_id if state else "") or uuid.uuid4().hex[:12],
                                      cfg.learner.total_steps)
         self.skipped_steps = 0  # steps the learner did not apply: something was not finite
@@ -82,12 +83,11 @@ class RunLoop:
                    "samples_per_s": loop_samples / (t3 - t_loop)}
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.learner.total_steps:
                 t_eval = time.perf_counter()
-                rec["eval_accuracy"] = self.fleet.evaluate(self.eval_tasks, cfg.eval)
+                rec["eval_accuracy"] = self.evaluate()
                 eval_s += time.perf_counter() - t_eval
             rec["elapsed_s"] = time.perf_counter() - t_loop - eval_s  # training time, evaluations left out
             self.reporter.step(rec, synced, sum(self.fleet.restarts))
-            every = cfg.checkpoint.every_steps
-            if (every and step % every == 0) or self.stop_request:
+            if self.checkpoint_due(step) or self.stop_request:
                 self.save_checkpoint(step, samples)
             if self.stop_request and step < cfg.learner.total_steps:
                 raise RunStopped(f"stopped by signal {self.stop_request.signal} after step {step}; checkpoint "
@@ -95,6 +95,10 @@ class RunLoop:
                                  "to continue", exit_code=128 + self.stop_request.signal)
         return {"samples": samples, "loop_s": time.perf_counter() - t_loop, "eval_s": eval_s,
                 "steps": cfg.learner.total_steps - first + 1}
+
+    def evaluate(self) -> float:
+        """Held-out accuracy; reward failures are watched while it runs (it scores through the reward actors)."""
+        return self.fleet.evaluate(self.eval_tasks, self.cfg.eval, self.watch.check_due, self.cfg.rollout.queue_check_s)
 
     def next_batch(self, step: int) -> list[list[ray.ObjectRef]]:
         """The buffer's next batch (list-wrapped refs) in stream order. While waiting: rollout workers that died
@@ -106,8 +110,7 @@ class RunLoop:
                                 timeout=self.cfg.rollout.queue_check_s)
             self.fleet.heal()
             self.feeder.top_up_if_low()
-            if not ready:
-                self.watch.check()
+            self.watch.check_due()  # whatever woke the wait: a failing reward must stop the run, not starve it
         items = sorted(ray.get(ref), key=lambda item: stream_position(item[1].task_id))
         metas = [meta for _, meta in items]
         self.feeder.trained([m.task_id for m in metas])
@@ -142,6 +145,14 @@ class RunLoop:
                                  "(learner.nonfinite=stop)", exit_code=1)
         return stats
 
+    def checkpoint_due(self, step: int) -> bool:
+        """checkpoint.every_steps when set (0: never); otherwise after the run's first step, then every
+        checkpoint.every_minutes (time suits long runs: their steps take seconds to minutes)."""
+        c = self.cfg.checkpoint
+        if c.every_steps is not None:
+            return c.every_steps > 0 and step % c.every_steps == 0
+        return self.last_saved is None or time.monotonic() - self.last_saved >= 60 * c.every_minutes
+
     def save_checkpoint(self, step: int, samples: int) -> None:
         """Learner (and critic) state into a temporary directory, then the buffer's finished groups and the
         driver's state, the manifest, the rename."""
@@ -156,3 +167,4 @@ class RunLoop:
         groups = ray.get([wrapped[0] for wrapped, _ in items])
         state = RunState(step, version, fed, pending, samples, self.acc_before, ledger, self.reporter.wandb_id)
         self.last_checkpoint = str(checkpoint.commit(tmp, root, state, groups, self.cfg.checkpoint.keep))
+        self.last_saved = time.monotonic()

@@ -55,6 +55,8 @@ class GroupScorer:
         self.examples: dict[str, list[str]] = {}  # the first messages of each failure reason
         self.recent: deque[bool] = deque(maxlen=window)  # the last samples: failed or not
         self.abandoned = 0  # calls left running past their deadline
+        self.first_failure: float | None = None  # time.time() of the first failed sample ever
+        self.streak_start: float | None = None  # time.time() of the first failure since the last success
         self.lock = threading.Lock()  # score() may run in several threads at once (a threaded reward actor)
 
     def _expire(self, call: _Call) -> None:
@@ -91,6 +93,12 @@ class GroupScorer:
         with self.lock:
             self.counts[status] += 1
             self.recent.append(status != "ok")
+            if status == "ok":
+                self.streak_start = None
+            else:
+                now = time.time()
+                self.first_failure = self.first_failure or now
+                self.streak_start = self.streak_start or now
             if status != "ok" and len(self.examples.setdefault(status, [])) < EXAMPLES_PER_REASON:
                 self.examples[status].append(reason)
 
@@ -99,25 +107,43 @@ class GroupScorer:
         with self.lock:
             return {"counts": {k: self.counts.get(k, 0) for k in ("ok", *FAILURES)},
                     "examples": {k: list(v) for k, v in self.examples.items()},
-                    "window_failed": sum(self.recent), "window": len(self.recent), "abandoned": self.abandoned}
+                    "window_failed": sum(self.recent), "window": len(self.recent), "abandoned": self.abandoned,
+                    "first_failure": self.first_failure, "streak_start": self.streak_start}
+
+
+def _failing_since(per_actor: list[dict]) -> float | None:
+    """Since when every reward actor that scored anything has failed every sample (None: one is succeeding)."""
+    scored = [a for a in per_actor if a["window"]]
+    if not scored or any(a["streak_start"] is None for a in scored):
+        return None
+    return max(a["streak_start"] for a in scored)
 
 
 def merge_stats(per_actor: list[dict]) -> dict:
     """Every reward actor's stats as one: counts and windows add up, examples are pooled."""
+    firsts = [a["first_failure"] for a in per_actor if a["first_failure"] is not None]
     out = {"counts": {k: sum(a["counts"][k] for a in per_actor) for k in ("ok", *FAILURES)},
            "window_failed": sum(a["window_failed"] for a in per_actor), "window": sum(a["window"] for a in per_actor),
-           "abandoned": sum(a["abandoned"] for a in per_actor), "examples": {}}
+           "abandoned": sum(a["abandoned"] for a in per_actor), "examples": {},
+           "first_failure": min(firsts) if firsts else None, "failing_since": _failing_since(per_actor)}
     for a in per_actor:
         for reason, msgs in a["examples"].items():
             out["examples"].setdefault(reason, []).extend(msgs[:EXAMPLES_PER_REASON - len(out["examples"][reason])])
     return out
 
 
-def failing(stats: dict, fn: str, max_fraction: float, window: int) -> str | None:
-    """Why the run should stop, once a full window of recent samples fails more than max_fraction."""
-    if stats["window"] < window or stats["window_failed"] <= max_fraction * stats["window"]:
+def failing(stats: dict, fn: str, max_fraction: float, window: int, max_failing_s: float, now: float) -> str | None:
+    """Why the run should stop: more than max_fraction of the last `window` samples failed (known as soon as the
+    failures alone pass that share of a full window), or every sample scored for max_failing_s failed (a reward
+    that fails on every call, however slowly its failures come, e.g. by hanging)."""
+    full = max(window, stats["window"])
+    if stats["window_failed"] > max_fraction * full:
+        why = (f"failed on {stats['window_failed']} of the last {stats['window']} samples "
+               f"(reward.max_failure_fraction={max_fraction})")
+    elif stats["failing_since"] is not None and now - stats["failing_since"] >= max_failing_s:
+        why = f"failed on every sample scored in the last {now - stats['failing_since']:.0f}s (reward.max_failing_s)"
+    else:
         return None
     reasons = ", ".join(f"{k} {v}" for k, v in stats["counts"].items() if k != "ok" and v)
     first = next((f"{k}: {m[0]}" for k, m in stats["examples"].items() if m), "")
-    return (f"reward function {fn} failed on {stats['window_failed']} of the last {stats['window']} samples "
-            f"(reward.max_failure_fraction={max_fraction}); failures so far: {reasons}; first: {first}")
+    return f"reward function {fn} {why}; failures so far: {reasons}; first: {first}"

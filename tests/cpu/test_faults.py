@@ -112,3 +112,17 @@ def test_a_sync_step_that_does_not_finish_in_time_fails_naming_the_worker(ray_cl
         wait_all([quick.receive.remote(0), stuck.receive.remote(0)], ["learner-0", "learner-1"],
                  "weight sync to version 3", timeout_s=30, failure=LearnerFailed)
     ray.kill(quick)
+
+
+def test_killed_buffer_stops_the_run_in_one_line_naming_it_and_the_checkpoint(ray_cluster, make_cfg):
+    """The buffer holds the prompt queue and every finished group: its death is not survived but stops the run at
+    once, one line naming it and the checkpoint a default run wrote after its first step."""
+    run = Run(make_cfg("metrics.run_name=buffer-death", "learner.total_steps=20"))
+    run.kill_at(2, "buffer")
+    killed = time.monotonic()
+    run.join(60)
+    assert not run.is_alive(), "the run did not stop within 60 s of its buffer's death"
+    assert isinstance(run.error, RunStopped), repr(run.error)
+    message = str(run.error)
+    assert "\n" not in message and "trajectory buffer died" in message and "step-00000001" in message, message
+    assert time.monotonic() - killed <= 60

@@ -1,6 +1,7 @@
-"""Launch modes with rayrl installed non-editable (a wheel in a fresh venv): the recipe started from the
-repository root, where the source tree's rayrl/ comes first on the Ray workers' sys.path; and the README's
-`ray start` + `ray job submit --working-dir .` from an empty HOME (token auth on, no token yet)."""
+"""Launch modes: rayrl installed non-editable (a wheel in a fresh venv), the recipe started from the repository
+root, where the source tree's rayrl/ comes first on the Ray workers' sys.path; and a cluster without rayrl, the
+README's `ray start` + `ray job submit --working-dir .` from an empty HOME (token auth on, no token yet), the job's
+code carried by the working directory (rayrl/actors and rayrl/placement are links, uploaded as directories)."""
 
 from __future__ import annotations
 
@@ -26,19 +27,35 @@ ROLES = {"rollout-0", "reward-0", "learner-0", "buffer", "broadcaster"}
 SAMPLES = re.compile(r'rayrl_rollout_samples_total\{(?=[^}]*role="rollout")(?=[^}]*worker="rollout-0")')
 
 
-@pytest.fixture(scope="module")
-def wheel_python(tmp_path_factory) -> Path:
-    """A fresh venv with rayrl installed from its wheel; it reuses this environment's dependencies
-    (torch, ray, ...) through a .pth file, but not this environment's editable rayrl."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    wheels, venv = tmp / "wheels", tmp / "venv"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
-                    str(ROOT)], check=True, timeout=300)
+def _deps_venv(venv: Path) -> tuple[Path, str]:
+    """A fresh venv that reuses this environment's dependencies (torch, ray, ...) through a .pth file but not
+    this environment's editable rayrl: (its python, its site-packages)."""
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True,
                              capture_output=True, text=True).stdout.strip()
     Path(purelib, "dependencies.pth").write_text(site.getsitepackages()[0] + "\n")
+    return python, purelib
+
+
+@pytest.fixture(scope="module")
+def deps_python(tmp_path_factory) -> Path:
+    """A Python with every dependency and no rayrl: the environment of a shared cluster."""
+    tmp = tmp_path_factory.mktemp("deps")
+    python, _ = _deps_venv(tmp / "venv")
+    absent = subprocess.run([python, "-c", "import rayrl"], cwd=tmp, capture_output=True, text=True)
+    assert absent.returncode != 0 and "No module named 'rayrl'" in absent.stderr, absent.stderr
+    return python
+
+
+@pytest.fixture(scope="module")
+def wheel_python(tmp_path_factory) -> Path:
+    """A fresh venv with rayrl installed from its wheel (dependencies reused as in _deps_venv)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    wheels = tmp / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+                    str(ROOT)], check=True, timeout=300)
+    python, purelib = _deps_venv(tmp / "venv")
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", *wheels.glob("rayrl-*.whl")], check=True,
                    timeout=300)
     installed = subprocess.run([python, "-c", "import rayrl.actors; print(rayrl.actors.__file__)"], cwd=tmp,
@@ -74,14 +91,16 @@ def test_wheel_install_runs_the_recipe_from_the_repository_root(wheel_python, tm
     assert json.loads((runs / "wheel" / "summary.json").read_text())["steps"] == 3
 
 
-def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
-    """The README's commands, from an empty HOME: generate a token, start a head on 127.0.0.1 (own temp
-    dir and ports), submit the recipe with --working-dir, see its role-named actors and rayrl's metrics
-    with role tags while it runs, wait for SUCCEEDED; then stop only the processes this test started."""
+def test_job_submit_to_a_cluster_without_rayrl(deps_python, tmp_path, model_cache):
+    """The README's commands, from an empty HOME, on a cluster whose Python has the dependencies but not rayrl:
+    generate a token, start a head on 127.0.0.1 (own temp dir and ports), submit the recipe with --working-dir .,
+    see its role-named actors and rayrl's metrics with role tags while it runs, wait for SUCCEEDED; then stop only
+    the processes this test started."""
+    python = deps_python  # the cluster's and the job's Python: no rayrl in it
     home = tmp_path / "home"
     home.mkdir()
     env = _env(HOME=str(home), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="token")
-    ray_cli = [str(wheel_python), "-m", "ray.scripts.scripts"]
+    ray_cli = [str(python), "-m", "ray.scripts.scripts"]
     subprocess.run([*ray_cli, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
     ports = {k: free_port("127.0.0.1") for k in ("port", "dashboard-port", "dashboard-agent-listen-port",
                                                  "dashboard-agent-grpc-port", "metrics-export-port",
@@ -95,7 +114,7 @@ def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     dashboard = f"http://127.0.0.1:{ports['dashboard-port']}"
     runs = tmp_path / "runs"
-    entry = _recipe(wheel_python, model_cache, runs, "job", "learner.total_steps=150", "scheduler.type=ray")
+    entry = _recipe(python, model_cache, runs, "job", "learner.total_steps=20", "scheduler.type=ray")
     try:
         job, deadline = None, time.monotonic() + 180
         while job is None and time.monotonic() < deadline:  # the job agent takes a few seconds to come up
@@ -132,10 +151,10 @@ def test_job_submit_from_an_empty_home(wheel_python, tmp_path, model_cache):
         assert "succeeded" in status, f"{status}\n{logs[-3000:]}"
         assert ROLES <= seen_roles, seen_roles
         assert SAMPLES.search(metrics), metrics[-2000:]
-        assert json.loads((runs / "job" / "summary.json").read_text())["steps"] == 150
+        assert json.loads((runs / "job" / "summary.json").read_text())["steps"] == 20
 
         # the calculator-agent recipe as a job too: its agent function imports from the working directory
-        agent = [str(wheel_python), "recipes/calculator_agent.py", "--config", "recipes/calculator_agent.yaml",
+        agent = [str(python), "recipes/calculator_agent.py", "--config", "recipes/calculator_agent.yaml",
                  "learner.total_steps=2", "rollout.batch_size=4", "rollout.group_size=2", f"demo.cache_dir={model_cache}",
                  f"metrics.run_dir={runs}", "metrics.run_name=agent-job", "metrics.progress=false",
                  "checkpoint.save_final=false", "scheduler.include_dashboard=false", "scheduler.type=ray"]

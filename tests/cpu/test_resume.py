@@ -117,3 +117,31 @@ def test_async_run_survives_sigterm_and_sigkill_without_losing_or_repeating_a_pr
     assert [r["step"] for r in trained] == list(range(1, 9)) and len(ids) == len(set(ids)) == 64
     g = summary["groups"]
     assert g["trained"] == 64 and g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"] + g["equal_rewards"], g
+
+
+def test_a_default_run_killed_after_its_first_automatic_checkpoint_resumes(tmp_path, model_cache):
+    """No checkpoint key set: the run checkpoints after its first step by itself; SIGKILLed after that, the same
+    command continues it, every step is logged once, no prompt is trained twice and the ledger balances."""
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "recipes/arithmetic_grpo.py", "--config", "recipes/arithmetic_grpo.yaml",
+           "learner.total_steps=4", "rollout.batch_size=8", "rollout.group_size=4", "data.eval_size=16",
+           f"demo.cache_dir={model_cache}", f"metrics.run_dir={runs}", "metrics.run_name=default",
+           "metrics.progress=false", "scheduler.include_dashboard=false"]
+    run = runs / "default"
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    _wait_for(run / "checkpoints" / "step-00000001" / "manifest.json", proc, "the first automatic checkpoint")
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its private cluster
+    proc.wait()
+    assert not (run / "summary.json").exists(), "the run finished before it was killed"
+
+    subprocess.run(cmd, cwd=ROOT, env=_env(), check=True, timeout=600, capture_output=True)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["resumed_from"] and summary["steps"] == 4
+    assert [s["step"] for s in _steps(run)] == [1, 2, 3, 4]
+    trained = [json.loads(x) for x in (run / "trained.jsonl").read_text().splitlines()]
+    ids = [t for rec in trained for t in rec["tasks"]]
+    assert [r["step"] for r in trained] == [1, 2, 3, 4] and len(ids) == len(set(ids)) == 4 * 8
+    g = summary["groups"]
+    assert g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"] + g["equal_rewards"] + \
+        g["rejected"], g

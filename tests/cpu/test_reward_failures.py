@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
 
-from rayrl.faults import RunStopped
 from rayrl.trainer import train
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FAST = ["data.eval_size=8", "reward.timeout_s=0.5", "reward.failure_window=32", "learner.total_steps=3"]
 
@@ -43,9 +45,23 @@ def test_run_finishes_counting_failures_by_reason(ray_cluster, make_cfg, fn, rea
         assert failures["timeout"] == 4 and "took longer than 0.5s" in examples["timeout"][0]
 
 
-@pytest.mark.parametrize("fn, reason", [("always_raises", "error"), ("hangs_always", "timeout")])
-def test_run_stops_when_most_samples_fail(ray_cluster, make_cfg, fn, reason):
-    cfg = make_cfg(*FAST, f"reward.fn=tests.cpu.faulty_rewards:{fn}", f"metrics.run_name=reward-stop-{fn}")
-    with pytest.raises(RunStopped, match=rf"reward function tests.cpu.faulty_rewards:{fn} failed on \d+ of the last \d+ samples"
-                       rf".*{reason} \d+"):
-        train(cfg)
+@pytest.mark.parametrize("fn, reason", [("always_raises", "error"), ("hangs_always", "timeout"),
+                                        ("returns_string", "wrong_type"), ("returns_none", "wrong_type")])
+def test_a_reward_that_always_fails_stops_the_recipe(ray_cluster, model_cache, tmp_path, capsys, fn, reason):
+    """The arithmetic recipe as shipped (dynamic sampling on, its failure window and timeouts), through the CLI:
+    a reward function that fails on every call stops the run within 60 s of its first failure, exit code 1, one
+    line naming the function and the reason, no traceback; never a run that only looks slow."""
+    from rayrl.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--config", str(ROOT / "recipes" / "arithmetic_grpo.yaml"),
+              f"reward.fn=tests.cpu.faulty_rewards:{fn}", f"demo.cache_dir={model_cache}", f"metrics.run_dir={tmp_path}",
+              "metrics.run_name=always", "metrics.progress=false", "scheduler.include_dashboard=false"])
+    stopped_at = time.time()
+    err = capsys.readouterr().err
+    assert stop.value.code == 1, err[-2000:]
+    message = [line for line in err.splitlines() if line.startswith("rayrl: ")]
+    assert len(message) == 1 and f"reward function tests.cpu.faulty_rewards:{fn} failed" in message[0], err[-2000:]
+    assert f"{reason} " in message[0] and "Traceback" not in err
+    first = json.loads((tmp_path / "always" / "reward_failures.json").read_text())["first_failure"]
+    assert stopped_at - first <= 60, f"stopped {stopped_at - first:.0f}s after the first failure"
