@@ -37,7 +37,7 @@ class PlacementPlan:
         if rollout_only:
             l = l.model_copy(update={"num_workers": 0})
         gpu = 1.0 if cfg.cluster.n_gpus_per_node > 0 else 0.0
-        self.tp = r.tensor_parallel_size if cfg.rollout.engine == "vllm" else 1
+        self.tp = cfg.vllm.tensor_parallel_size if cfg.rollout.engine == "vllm" else 1
         self.slots: dict[str, list[int]] = {}
         self.share = {"rollout": r.cpus_per_worker, "learner": l.cpus_per_worker, "service": 0.0}
         self.gpus = {"rollout": gpu, "learner": gpu, "service": 0.0}
