@@ -1,5 +1,6 @@
-"""The CPU learning test's run, repeated: held-out accuracy before/after and sampled reward of the first
-and last 25 steps, per run, with median and min-max. The bars in tests/cpu/test_learning.py come from it.
+"""The default recipe's 150-step run, repeated: held-out accuracy before/after and sampled reward of the first
+and last 25 steps, per run, with median and min-max (the README's learning figures). CI's short learning test is
+tests/cpu/test_early_dip.py; this longer run lives here.
 
     python -m benchmarks.learning_repeats [--runs 5] [key=value ...]   (e.g. learner.total_steps=150)
 """
@@ -16,7 +17,7 @@ from rayrl.config import load_config
 from rayrl.driver import start_ray
 from rayrl.trainer import train
 
-# the run tests/cpu/test_learning.py makes (its fixture adds a private model cache and run directory)
+# the default recipe at 150 steps
 STEPS = 150
 TEST_RUN = [f"learner.total_steps={STEPS}", "rollout.batch_size=32", "rollout.group_size=8", "data.eval_size=200",
             "rollout.max_staleness=1", "algorithm.dynamic_sampling=true", "metrics.progress=false", "checkpoint.save_final=false", "checkpoint.every_steps=0",

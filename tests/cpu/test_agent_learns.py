@@ -10,7 +10,7 @@ GAIN = 0.15  # held-out success, after minus before
 
 
 def test_calculator_agent_learns(ray_cluster, agent_cfg):
-    summary = train(agent_cfg("metrics.run_name=agent-learns"))
+    summary = train(agent_cfg("metrics.run_name=agent-learns", "data.eval_size=100"))
     before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
     assert after >= before + GAIN, f"held-out success {before:.3f} -> {after:.3f}, want +{GAIN}"
     gateway = summary["gateway"]
