@@ -23,7 +23,7 @@ demo: install
 	$(RUN_ENV) $(PY) recipes/arithmetic_grpo.py --config recipes/arithmetic_grpo.yaml
 
 test: install
-	$(RUN_ENV) $(PY) -m pytest -q tests
+	$(RUN_ENV) $(PY) -m pytest -q --durations=25 tests
 
 bench: install
 	$(RUN_ENV) $(PY) -m benchmarks.async_vs_sync

@@ -1,9 +1,9 @@
 """WeightBroadcaster: owns the weight-sync group, the policy version and its timing.
 
 One sync: pause rollout engines (in-flight requests kept) -> learner streams packed buckets ->
-rollout engines load them -> resume at version v+1 -> the buffer admits against v+1. A collective
-transport (gloo, nccl) sends and receives at once; ipc sends first and hands the handles to the receivers. Each part must
-finish within sync.timeout_s, or the sync fails naming the actors that did not.
+rollout engines load them and resume at version v+1 -> the buffer admits against v+1. A collective
+transport (gloo, nccl) sends and receives at once; ipc packs while the engines pause, then hands the handles
+to the receivers. Each part must finish within sync.timeout_s, or the sync fails naming the actors that did not.
 """
 
 from __future__ import annotations
@@ -62,18 +62,21 @@ class WeightBroadcaster:
         if self.plan is None:
             raise RuntimeError("WeightBroadcaster.sync before setup()")
         t0, timeout_s = time.perf_counter(), self.cfg.sync.timeout_s
-        wait_all([w.begin_weight_update.remote() for w in self.rollouts], self.names, "pausing for a weight sync",
-                 timeout_s, RolloutFailed)
+        pausing = [w.begin_weight_update.remote() for w in self.rollouts]
+        # ipc: the learner packs its buckets while the engines pause; a collective send waits for the pause,
+        # so that a worker that fails to pause leaves no learner blocked in the group
+        sends = None if self.collective else self.learners.send_weights(self.plan)
+        wait_all(pausing, self.names, "pausing for a weight sync", timeout_s, RolloutFailed)
         what = f"weight sync to version {version}"
-        if self.collective:
-            wait_all(self.learners.send_weights(self.plan) + [w.receive_weights.remote(self.plan) for w in self.rollouts],
+        if self.collective:  # each worker resumes as soon as its own part has arrived
+            wait_all(self.learners.send_weights(self.plan)
+                     + [w.receive_weights.remote(self.plan, version) for w in self.rollouts],
                      self.learners.names + self.names, what, timeout_s,
                      [LearnerFailed] * len(self.learners.names) + [RolloutFailed] * len(self.names))
         else:
-            meta = wait_all(self.learners.send_weights(self.plan), self.learners.names, what, timeout_s, LearnerFailed)[0]
-            wait_all([w.receive_weights.remote(meta) for w in self.rollouts], self.names, what, timeout_s, RolloutFailed)
-        wait_all([w.end_weight_update.remote(version) for w in self.rollouts], self.names,
-                 "resuming after a weight sync", timeout_s, RolloutFailed)
+            meta = wait_all(sends, self.learners.names, what, timeout_s, LearnerFailed)[0]
+            wait_all([w.receive_weights.remote(meta, version) for w in self.rollouts], self.names, what, timeout_s,
+                     RolloutFailed)
         seconds = time.perf_counter() - t0
         self.version = version
         if self.buffer is not None:

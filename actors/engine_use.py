@@ -49,6 +49,10 @@ class EngineUse:
             self.metrics.inc("rollout_samples_total", len(samples))
             self.metrics.inc("rollout_tokens_total", n_tokens)
 
+    def busy_s(self) -> float:
+        """Seconds the engine had a request so far, the period running now included."""
+        return self.totals["gen_s"] + (time.perf_counter() - self.busy_since if self.calls else 0.0)
+
     def _requests(self, delta: int) -> None:
         self.requests += delta
         self.metrics.set("rollout_requests_in_flight", self.requests)

@@ -53,9 +53,12 @@ class LearnerWorker:
         self.pad_id = self.learner.tokenizer.pad_token_id
         self.transport = None
 
-    def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None) -> TrainResult:
+    def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None,
+              threads: int | None = None) -> TrainResult:
         """One training step on this rank's groups. values (ppo): the critic's, per task id; the returns the critic
-        should learn come back the same way."""
+        should learn come back the same way. threads: torch threads for this step (CPU), if the driver says."""
+        if threads is not None:
+            torch.set_num_threads(threads)
         groups, batch = fetch_batch(refs, self.pad_id)
         peak = PeakMemory()
         per_token = None if values is None else place_completion_values(batch, groups, values)
@@ -104,6 +107,10 @@ class LearnerWorker:
     def save(self, path: str) -> None:
         self.learner.save(path)
 
+    def cores(self) -> int:
+        """CPU cores this rank's process may run on (its node's, unless pinned)."""
+        return len(os.sched_getaffinity(0))
+
     def ping(self) -> bool:
         return True
 
@@ -117,11 +124,13 @@ class LearnerGroup(RankGroup):
     def __init__(self, cfg: Config, model_path: str, placement, namespace: str | None = None) -> None:
         super().__init__(LearnerWorker, "learner", cfg.learner.num_workers, placement, namespace, cfg, model_path)
 
-    def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None) -> TrainResult:
+    def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None,
+              threads: int | None = None) -> TrainResult:
         """Shard the groups (list-wrapped refs) across ranks, train on all, merge their stats; given the critic's
-        values (ppo), also the returns the critic learns next, per task id."""
+        values (ppo), also the returns the critic learns next, per task id. threads: each rank's torch threads."""
         n = len(self.workers)
-        per_rank = self._all([w.train.remote(refs[r::n], values) for r, w in enumerate(self.workers)], "learner train")
+        per_rank = self._all([w.train.remote(refs[r::n], values, threads) for r, w in enumerate(self.workers)],
+                             "learner train")
         returns = {k: v for r in per_rank if r.returns for k, v in r.returns.items()}
         return TrainResult(merge_rank_stats([r.stats for r in per_rank]), returns or None)
 

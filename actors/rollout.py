@@ -163,8 +163,8 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="ctrl")
     def stats(self) -> dict:
-        return {**self.totals, "version": self.engine.version, **self.engine.stats(), "gpu_ids": ray.get_gpu_ids(),
-                "workflow": self.workflow_stats()}
+        return {**self.totals, "busy_s": self.use.busy_s(), "version": self.engine.version, **self.engine.stats(),
+                "gpu_ids": ray.get_gpu_ids(), "workflow": self.workflow_stats()}
 
     @ray.method(concurrency_group="ctrl")
     async def pause(self) -> None:
@@ -211,11 +211,9 @@ class RolloutWorker:
         await self.engine.begin_weight_update()
 
     @ray.method(concurrency_group="ctrl")
-    async def receive_weights(self, meta) -> None:
+    async def receive_weights(self, meta, version: int) -> None:
+        """Load the sync's weights, then resume as `version` (one call: a sync's last round trip)."""
         await self.engine.receive_weights(meta)
-
-    @ray.method(concurrency_group="ctrl")
-    async def end_weight_update(self, version: int) -> None:
         if not self.use.awake.is_set():  # weights written, the KV cache not back yet
             self.phase_memory["mem_sync_gb"] = device_used_gb()
         await self.engine.end_weight_update(version)

@@ -27,9 +27,11 @@ import tempfile
 from pathlib import Path
 
 import ray
+from transformers import AutoConfig
 
 from benchmarks.common import benchmark_parser, print_table, spread, write_result
 from benchmarks.gpu_busy import GpuBusySampler
+from benchmarks.learner_mfu import count_params
 from rayrl.config import load_config
 from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
@@ -67,7 +69,14 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
     med = lambda key: statistics.median(key(r) for r in kept)  # noqa: E731
     wait, trn, step = med(lambda r: r["wait_s"]), med(lambda r: r["train_s"] + r["sync_s"]), med(lambda r: r["step_s"])
     busy = sampler.busy(kept[0]["time"] - kept[0]["step_s"], kept[-1]["time"])
+    # the strong-baseline check (η = 0, GPU): generation tokens/s over the wait, the learner's model FLOPs
+    # (6·N per token; attention of these short sequences left out) over its training time
+    n_params = count_params(AutoConfig.from_pretrained(cfg.model.path)) if cfg.on_gpu else 0
     return {"eta": eta, "step_s": step, "wait_s": wait, "train_sync_s": trn,
+            "gen_tokens_per_s": med(lambda r: r["samples"] * cfg.rollout.max_new_tokens / r["wait_s"])
+            if cfg.rollout.ignore_eos else None,
+            "learner_tflops": med(lambda r: 6 * n_params * r["sequence_tokens"] / r["train_s"] / 1e12)
+            if n_params else None,
             "train_busy": med(lambda r: (r["train_s"] + r["sync_s"]) / r["step_s"]), "gpu_busy": busy,
             "samples_per_s": statistics.median(r["samples"] / r["step_s"] for r in kept),
             "staleness_mean": statistics.fmean(r["staleness_mean"] for r in kept),
@@ -96,6 +105,8 @@ def summarize(runs: list[dict], etas: list[int]) -> list[dict]:
                      "train_busy": spread([r["train_busy"] for r in mine]),
                      "gpu_busy": [statistics.median(g[i] for g in gpu) for i in range(len(gpu[0]))] if gpu else None,
                      "samples_per_s": spread([r["samples_per_s"] for r in mine]),
+                     **{k: spread([r[k] for r in mine]) for k in ("gen_tokens_per_s", "learner_tflops")
+                        if all(r.get(k) for r in mine)},
                      "eval_after": spread([r["eval_after"] for r in mine])})
     return rows
 
@@ -108,6 +119,8 @@ def table_row(row: dict) -> dict:
     if row["eta"] == 0:  # the baseline itself
         out["speedup"] = out["of_ideal"] = out["of_bound"] = "-"
     out["gpu_busy"] = ",".join(f"{b:.2f}" for b in row["gpu_busy"]) if row["gpu_busy"] else "-"
+    for key, short in (("gen_tokens_per_s", "gen_tok/s"), ("learner_tflops", "learn_TF/s")):
+        out[short] = f"{row[key]['median']:.0f}" if key in row else "-"
     return out
 
 
@@ -204,7 +217,8 @@ def report(etas: list[int], runs: list[dict], settings: dict, commit: str | None
     setting = {0: "CPU, both sides on its cores", 1: "one GPU shared by vLLM and the learner at once (memory split "
                "by config)", 2: "two GPUs, one per side"}[settings["gpus"]]
     print_table([table_row(r) for r in rows], ["eta", "step_s", "wait_s", "train_sync_s", "speedup", "ideal", "of_ideal",
-                                               "bound", "of_bound", "train_busy", "gpu_busy", "samples/s"])
+                                               "bound", "of_bound", "train_busy", "gpu_busy", "samples/s", "gen_tok/s",
+                                               "learn_TF/s"])
     path = write_result("async_vs_sync", {"setting": setting, **settings, "rows": rows, "runs": runs}, commit)
     png = plot(rows, runs, f"{setting}; {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each",
                path.with_suffix(".png"))

@@ -3,6 +3,8 @@ train steps on packed sequences of mixed lengths, FSDP2 and DeepSpeed side by si
 
     python -m benchmarks.learner_mfu [--steps 4] [--peak-tflops 989]   (run on the GPU machine)
     python -m benchmarks.learner_mfu --runs fsdp:packed:16384:compile,fsdp:padded:8192  (backend:layout:tokens[:compile])
+    python -m benchmarks.learner_mfu --shape 0.5b --runs fsdp:packed:32768:compile:learner.logprob_chunk_tokens=8192
+    (a run's further parts are config overrides; --shape 0.5b: the Qwen2-0.5B shape async_vs_sync trains)
 
 FLOPs per step = sum over sequences of 6·N·len + 6·layers·(heads·head_dim)·len² (causal attention,
 forward + backward); MFU = FLOPs / step time / peak. Only the training passes are timed: the
@@ -21,28 +23,32 @@ import ray
 from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.actors import LearnerGroup
 from rayrl.config import load_config
-from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.placement import PlacementPlan
 from rayrl.types import Sample, Task, TrajectoryGroup
 
 
-def make_groups(n_groups: int, group_size: int, seed: int = 0) -> list[TrajectoryGroup]:
+SHAPES = {"0.5b": QWEN2_0_5B_SHAPE, "1.5b": QWEN2_1_5B_SHAPE}
+
+
+def make_groups(n_groups: int, group_size: int, vocab: int, seed: int = 0,
+                completion: int | None = None) -> list[TrajectoryGroup]:
+    """Mixed lengths (prompts 64-255, completions 128-1791 tokens), or short prompts (16-47) and completions of
+    exactly `completion` tokens (async_vs_sync's GPU setting)."""
     rng = random.Random(seed)
-    vocab = QWEN2_1_5B_SHAPE["vocab_size"]
     groups = []
     for g in range(n_groups):
-        prompt = [rng.randrange(vocab) for _ in range(rng.randrange(64, 256))]
+        prompt = [rng.randrange(vocab) for _ in range(rng.randrange(*((16, 48) if completion else (64, 256))))]
         samples = []
         for _ in range(group_size):
-            n = rng.randrange(128, 1792)
+            n = completion or rng.randrange(128, 1792)
             samples.append(Sample(str(g), prompt, [rng.randrange(vocab) for _ in range(n)], [-1.0] * n, [0] * n,
                                   "length", reward=float(rng.random() < 0.5)))
         groups.append(TrajectoryGroup(Task(str(g), "", "0"), samples))
     return groups
 
 
-def step_flops(groups: list[TrajectoryGroup], n_params: int) -> float:
-    s = QWEN2_1_5B_SHAPE
+def step_flops(groups: list[TrajectoryGroup], n_params: int, s: dict) -> float:
     attn = s["num_hidden_layers"] * s["num_attention_heads"] * s["head_dim"]
     lengths = [len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples]
     return sum(6 * n_params * n + 6 * attn * n * n for n in lengths)
@@ -51,13 +57,14 @@ def step_flops(groups: list[TrajectoryGroup], n_params: int) -> float:
 BACKENDS = {"fsdp": ["learner.backend=fsdp"], "zero2": ["learner.backend=deepspeed", "learner.zero_stage=2"]}
 
 
-def bench(run: str, model_dir: Path, groups, steps: int, peak: float) -> dict:
-    backend, layout, tokens_per_mb, *mode = run.split(":")
+def bench(run: str, model_dir: Path, groups, steps: int, peak: float, shape: dict) -> dict:
+    backend, layout, tokens_per_mb, *rest = run.split(":")
+    mode, overrides = [m for m in rest if "=" not in m], [m for m in rest if "=" in m]
     cfg = load_config(None, ["cluster.n_gpus_per_node=1", "learner.num_workers=1", "learner.dtype=bfloat16",
                              f"learner.max_tokens_per_micro_batch={tokens_per_mb}",
                              f"learner.pack_sequences={layout == 'packed'}", "algorithm.off_policy_correction=false",
-                             f"learner.compile={mode == ['compile']}", f"model.path={model_dir}", *BACKENDS[backend]])
-    name = "-".join([backend, layout, tokens_per_mb, *mode])
+                             f"learner.compile={mode == ['compile']}", f"model.path={model_dir}", *BACKENDS[backend], *overrides])
+    name = "-".join([backend, layout, tokens_per_mb, *mode, *(o.split(".")[-1] for o in overrides)])
     plan = PlacementPlan(cfg, name=f"mfu-{name}", learner_only=True)
     plan.create()
     group = LearnerGroup(cfg, str(model_dir), plan)
@@ -73,14 +80,14 @@ def bench(run: str, model_dir: Path, groups, steps: int, peak: float) -> dict:
     tokens = sum(len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples)
     from transformers import AutoConfig
 
-    n_params = _count_params(AutoConfig.from_pretrained(model_dir))
-    flops = step_flops(groups, n_params)
+    n_params = count_params(AutoConfig.from_pretrained(model_dir))
+    flops = step_flops(groups, n_params, shape)
     return {"backend": name, "step_s": step_s, "tokens_per_s": tokens / step_s, "tflops": flops / step_s / 1e12,
             "mfu": flops / step_s / (peak * 1e12), "micro_batches": stats[-1]["micro_batches"],
             "loss": stats[-1]["loss"]}
 
 
-def _count_params(c) -> int:
+def count_params(c) -> int:
     attn = c.hidden_size * c.head_dim * (c.num_attention_heads * 2 + c.num_key_value_heads * 2) \
         + c.head_dim * (c.num_attention_heads + 2 * c.num_key_value_heads)
     mlp = 3 * c.hidden_size * c.intermediate_size
@@ -95,18 +102,21 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of one GPU (H200: 989)")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="1.5b")
+    parser.add_argument("--completion", type=int, default=None, help="fixed completion length (default: mixed)")
     parser.add_argument("--runs", default="fsdp:packed:16384,fsdp:packed:16384:compile,zero2:packed:16384:compile",
                         help="comma-separated backend:layout:tokens[:compile] (fsdp or zero2; packed or padded; "
                              "compile sets learner.compile=true)")
     args = parser.parse_args()
-    model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-1.5b", **QWEN2_1_5B_SHAPE)
-    groups = make_groups(args.groups, args.group_size)
+    shape = SHAPES[args.shape]
+    model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / f"qwen2-{args.shape}", **shape)
+    groups = make_groups(args.groups, args.group_size, shape["vocab_size"], completion=args.completion)
     ray.init(address="local", num_gpus=1, include_dashboard=False)
-    rows = [bench(run, model_dir, groups, args.steps, args.peak_tflops) for run in args.runs.split(",")]
+    rows = [bench(run, model_dir, groups, args.steps, args.peak_tflops, shape) for run in args.runs.split(",")]
     ray.shutdown()
     print_table(rows, ["backend", "step_s", "tokens_per_s", "tflops", "mfu", "micro_batches", "loss"])
     tokens = sum(len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples)
-    path = write_result("learner_mfu", {"model": "qwen2-1.5b-shape", "tokens_per_step": tokens,
+    path = write_result("learner_mfu", {"model": f"qwen2-{args.shape}-shape", "completion": args.completion, "tokens_per_step": tokens,
                                         "peak_tflops": args.peak_tflops, "rows": rows}, args.commit)
     print(f"-> {path}")
 

@@ -49,7 +49,7 @@ def main() -> None:
                              f"learner.compile={args.compile}",
                              "algorithm.off_policy_correction=false", f"model.path={model_dir}"])
     learner = components.learner(cfg, str(model_dir))
-    batch = collate(make_groups(16, 8), learner.tokenizer.pad_token_id)
+    batch = collate(make_groups(16, 8, QWEN2_1_5B_SHAPE["vocab_size"]), learner.tokenizer.pad_token_id)
     learner.train_step(batch)  # warm-up
     torch.cuda.synchronize()
     t0 = time.perf_counter()

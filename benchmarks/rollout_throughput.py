@@ -3,6 +3,8 @@ vllm.LLM.generate on the same model and requests, both engines alive at once, ti
 
     python -m benchmarks.rollout_throughput [--repeats 5]     (GPU: 1.5B shape, 256 x 512 tokens)
     python -m benchmarks.rollout_throughput --tp 2            (2 GPUs: tensor parallel on both sides)
+    python -m benchmarks.rollout_throughput --shape 0.5b --prompts 256 --max-tokens 128 --memory-share 0.3
+                                                               (async_vs_sync's one-GPU generation, raw)
     python -m benchmarks.rollout_throughput --smoke           (CPU: a tiny model, to check the script)
 
 Both sides use random ("dummy") weights, the same engine arguments (the same fixed KV-cache size and
@@ -28,7 +30,7 @@ import ray
 from benchmarks.common import benchmark_parser, outside_ray_env, print_table, spread, write_result
 from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
-from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.placement import PlacementPlan
 from rayrl.types import GenerationRequest
 
@@ -112,6 +114,7 @@ class OurWorker:
 def main() -> None:
     p = benchmark_parser(__doc__)
     p.add_argument("--smoke", action="store_true", help="tiny model on CPU, to check the script")
+    p.add_argument("--shape", choices=["0.5b", "1.5b"], default="1.5b", help="the model shape (GPU)")
     p.add_argument("--prompts", type=int, default=None, help="default 256 (smoke: 16)")
     p.add_argument("--max-tokens", type=int, default=None, help="default 512 (smoke: 32)")
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size (GPUs) on both sides")
@@ -124,7 +127,8 @@ def main() -> None:
                      num_key_value_heads=1, head_dim=64, vocab_size=1000)
         n_prompts, max_tokens, gpu, kv_gb = args.prompts or 16, args.max_tokens or 32, False, 0.25
     else:
-        shape, n_prompts, max_tokens, gpu = dict(QWEN2_1_5B_SHAPE), args.prompts or 256, args.max_tokens or 512, True
+        shape = dict(QWEN2_0_5B_SHAPE if args.shape == "0.5b" else QWEN2_1_5B_SHAPE)
+        n_prompts, max_tokens, gpu = args.prompts or 256, args.max_tokens or 512, True
         kv_gb = args.kv_cache_gb
     model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / "model", weights=False, **shape)  # dummy weights
     rng = random.Random(0)
@@ -163,7 +167,7 @@ def main() -> None:
           f" over {len(ratios)} interleaved repeats (goal >= 0.95)")
     if not args.smoke:
         path = write_result("rollout_throughput", {
-            "model_shape": shape, "prompts": n_prompts, "tp": args.tp, "max_new_tokens": max_tokens,
+            "shape": args.shape, "model_shape": shape, "prompts": n_prompts, "tp": args.tp, "max_new_tokens": max_tokens,
             "memory_share": args.memory_share, "kv_cache_gb": kv_gb, "windows": windows, "rows": rows,
             "ratio": ratio}, args.commit)
         print(f"-> {path}")

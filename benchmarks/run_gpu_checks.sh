@@ -6,6 +6,8 @@
 #                                 mismatch: PPO steps (policy + critic) with FSDP2 and ZeRO-3 on one GPU, and the
 #                                 rollout-training mismatch on vLLM's sampled tokens (gpu_learner_check --gpus 1);
 #                                 agent: the calculator agent through the gateway on a vLLM worker (gpu_agent_check)
+#                                 mfu-variants: learner_mfu over RUNS (micro-batch and head chunk variants);
+#                                 baseline-0.5b: rollout_throughput and learner_mfu on async_vs_sync's 0.5B setting
 #                                 weight-sync: sync.transport=ipc against a device copy of the same bytes (weight_sync)
 #                                 colocate: recipes/gsm8k_grpo_1gpu.yaml, 5 steps, vLLM and learner taking turns
 #                                 (random weights earn no reward: dynamic sampling would drop every group)
@@ -54,6 +56,13 @@ run_mode() {
   varlen) CUDA_VISIBLE_DEVICES=0 step test_varlen_attention 150 python3 -m pytest -q -m gpu tests/gpu/test_varlen_attention.py ;;
   throughput) CUDA_VISIBLE_DEVICES=0 step rollout_throughput 400 python3 -m benchmarks.rollout_throughput --commit "$commit" ;;
   mfu) CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 ;;
+  mfu-variants) CUDA_VISIBLE_DEVICES=0 step learner_mfu 400 python3 -m benchmarks.learner_mfu --commit "$commit" \
+    --steps 3 --runs "${RUNS:-fsdp:packed:16384:compile,fsdp:packed:32768:compile:learner.logprob_chunk_tokens=8192}" ;;
+  baseline-0.5b)  # async_vs_sync's one-GPU shape alone: raw vLLM at its memory share, the learner at its lengths
+    CUDA_VISIBLE_DEVICES=0 step rollout_throughput 300 python3 -m benchmarks.rollout_throughput --commit "$commit" \
+      --shape 0.5b --prompts 256 --max-tokens 128 --memory-share 0.3 --kv-cache-gb 8 --repeats 5
+    CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 \
+      --shape 0.5b --completion 128 --groups 32 --runs fsdp:packed:16384:compile ;;
   profile) CUDA_VISIBLE_DEVICES=0 step learner_profile 200 python3 -m benchmarks.learner_profile --commit "$commit" --compile true ;;
   mismatch) CUDA_VISIBLE_DEVICES=0 step gpu_learner_check 600 python3 -m benchmarks.gpu_learner_check --commit "$commit" --gpus 1 ;;
   one-gpu) for m in varlen throughput mfu profile; do run_mode "$m"; done ;;

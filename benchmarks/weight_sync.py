@@ -68,21 +68,20 @@ def probe(rollout, learners, prompts: list[list[int]], n_tokens: int) -> tuple[d
 
 
 def sync_parts(broadcaster, learners, rollout, plan, repeats: int) -> dict:
-    """The hot sync's steps one by one from the driver (each a Ray call), medians: pausing vLLM, the learner
-    packing its buckets, vLLM writing them (its own share of that in write_s), resuming."""
+    """The hot sync's steps one at a time from the driver (each a Ray call; the broadcaster overlaps the first
+    two), medians: pausing vLLM, the learner packing its buckets, vLLM writing them (its own share of that in
+    write_s) and resuming."""
     version = ray.get(broadcaster.current_version.remote())
-    times: dict[str, list[float]] = {"pause_s": [], "send_s": [], "receive_s": [], "write_s": [], "resume_s": []}
+    times: dict[str, list[float]] = {"pause_s": [], "send_s": [], "receive_resume_s": [], "write_s": []}
     for _ in range(repeats):
         t0 = time.perf_counter()
         ray.get(rollout.begin_weight_update.remote())
         t1 = time.perf_counter()
         meta = ray.get(learners.rank0.send_weights.remote(plan))
         t2 = time.perf_counter()
-        ray.get(rollout.receive_weights.remote(meta))
+        ray.get(rollout.receive_weights.remote(meta, version))
         t3 = time.perf_counter()
-        ray.get(rollout.end_weight_update.remote(version))
-        t4 = time.perf_counter()
-        for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2, ray.get(rollout.sync_report.remote())["seconds"], t4 - t3)):
+        for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2, ray.get(rollout.sync_report.remote())["seconds"])):
             times[key].append(value)
     return {f"part_{k}_median": statistics.median(v) for k, v in times.items()}
 

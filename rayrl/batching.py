@@ -67,6 +67,7 @@ def batch_stats(batch: Batch, learner_version: int) -> dict[str, float]:
         "accuracy": (batch.rewards >= 1.0).float().mean().item(),
         "samples": int(batch.rewards.numel()),
         "tokens": int(mask.sum()),
+        "sequence_tokens": int(batch.attention_mask.sum()),  # prompts and completions: what the learner runs
         "staleness_mean": stale.mean().item() if stale.numel() else 0.0,
         "staleness_max": stale.max().item() if stale.numel() else 0.0,
         "response_len_mean": mask.sum(-1).float().mean().item(),

@@ -41,8 +41,7 @@ class SchedulerConfig(_Section):
     address: str = F("auto", "The cluster to join when type=ray: 'auto', host:port of the head, or ray://...")
     connect_timeout_s: float = F(10.0, "type=ray with host:port: the head must answer within it.", gt=0)
     include_dashboard: bool = F(True, "Start Ray's dashboard (on dashboard_host); `ray list actors` needs it.")
-    loopback_only: bool = F(True, "local: every listener of the private cluster on 127.0.0.1; false binds the "
-                                  "node's address, for attaching other nodes.")
+    loopback_only: bool = F(True, "local: every listener on 127.0.0.1; false: the node's address (to add nodes).")
     dashboard_host: str = F("127.0.0.1", "The address the dashboard listens on.")
 
 
@@ -53,8 +52,7 @@ class PlacementConfig(_Section):
         "split", "split: rollout and learner on their own devices. colocate: rollout worker i and learner rank i "
                  "share a device and take turns (η = 0). share: they share a device and run at once (any η), "
                  "memory split by vllm.gpu_memory_utilization and learner.gpu_memory_fraction.")
-    sleep_level: Literal[1, 2] = F(2, "colocate: what the sleeping vLLM engine lets go of. 1: weights to host "
-                                      "memory, KV cache freed; 2: weights and KV cache freed.")
+    sleep_level: Literal[1, 2] = F(2, "colocate: 1: the sleeping vLLM keeps weights in host memory; 2: frees them.")
     strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = F("PACK", "Ray's placement group strategy.")
     service_cpus: float = F(0.5, "The bundle shared by reward actors, buffer and broadcaster.", gt=0)
     ready_timeout_s: float = F(60.0, "The placement group must be placed within it, or the run stops.", gt=0)
@@ -211,7 +209,9 @@ class LearnerConfig(_Section):
 
     backend: Literal["torch", "fsdp", "deepspeed"] = F("torch", "torch: one plain rank; fsdp: FSDP2; deepspeed: ZeRO.")
     num_workers: int = F(1, "Ranks; one GPU each when cluster.n_gpus_per_node > 0.", ge=1)
-    cpus_per_worker: float = F(1.0, "CPUs per rank; its torch threads on CPU.", gt=0)
+    cpus_per_worker: float = F(1.0, "CPUs per rank (its placement bundle).", gt=0)
+    threads: int | None = F(None, "Torch threads per rank on CPU; unset: each step, the node's cores less those "
+                                  "the rollout workers kept busy in the step before (at least one).", ge=1)
     total_steps: int = F(300, "Training steps.", ge=1)
     lr: float = F(5e-5, "Learning rate (AdamW).", gt=0)
     lr_warmup_steps: int = F(0, "Linear warm-up steps.", ge=0)

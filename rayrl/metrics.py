@@ -85,7 +85,8 @@ def merge_rank_stats(per_rank: list[dict]) -> dict:
     out = dict(per_rank[0])
     samples = sum(r["samples"] for r in per_rank)
     tokens = sum(r["tokens"] for r in per_rank)
-    out.update(samples=samples, tokens=tokens, staleness_max=max(r["staleness_max"] for r in per_rank))
+    out.update(samples=samples, tokens=tokens, staleness_max=max(r["staleness_max"] for r in per_rank),
+               sequence_tokens=sum(r.get("sequence_tokens", 0) for r in per_rank))
     if "mismatch_tokens" in out:
         out.update(merge_mismatch(per_rank))
     for key in ("reward_mean", "accuracy", "response_len_mean", "equal_reward_groups"):

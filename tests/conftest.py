@@ -11,6 +11,9 @@ from rayrl.config import Config, load_config
 from rayrl.types import Sample, Task, TrajectoryGroup
 
 ROOT = Path(__file__).resolve().parents[1]
+# the calculator agent's model, warmed up for the tool-call format only (the recipe's 350 steps also teach the
+# arithmetic that benchmarks.recipe_run measures learning on): one build, shared by every test that runs the agent
+AGENT_BUILD = ["demo.warmup_steps=250"]
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +44,7 @@ def agent_cfg(model_cache, tmp_path_factory):
     def make(*overrides: str) -> Config:
         return load_config(ROOT / "recipes" / "calculator_agent.yaml", [
             f"demo.cache_dir={model_cache}", f"metrics.run_dir={runs}", "metrics.progress=false",
-            "checkpoint.save_final=false", "scheduler.include_dashboard=false", *overrides])
+            "checkpoint.save_final=false", "scheduler.include_dashboard=false", *AGENT_BUILD, *overrides])
 
     return make
 

@@ -18,6 +18,7 @@ from rayrl.driver.fleet import RolloutFleet
 from rayrl.driver.prompts import PromptFeeder
 from rayrl.driver.reporter import StepReporter
 from rayrl.driver.reward_watch import RewardWatch
+from rayrl.driver.threads import ThreadBudget
 from rayrl.faults import RunStopped, StopRequest
 from rayrl.types import Task
 
@@ -41,6 +42,8 @@ class RunLoop:
         self.acc_before = state.eval_accuracy_before if state else self.evaluate()
         self.reporter = StepReporter(run_dir, cfg, (state.wandb_id if state else "") or uuid.uuid4().hex[:12],
                                      cfg.learner.total_steps)
+        self.threads = ThreadBudget(system, system.placement.threads("rollout")) \
+            if not cfg.on_gpu and cfg.learner.threads is None else None  # the learner's threads per step
         self.skipped_steps = 0  # steps the learner did not apply: something was not finite
         self.stop_request = StopRequest()  # SIGTERM: checkpoint at the end of the step, then stop
 
@@ -124,11 +127,12 @@ class RunLoop:
         t0 = time.perf_counter()
         asleep = self.fleet.sleep() if colocated else {}
         t1 = time.perf_counter()
+        threads = self.threads.next() if self.threads else self.cfg.learner.threads
         if s.critics is None:
-            result = s.learners.train(refs)
+            result = s.learners.train(refs, threads=threads)
         else:
             values = s.critics.values(refs)
-            result = s.learners.train(refs, values)
+            result = s.learners.train(refs, values, threads)
             if not result.stats.get("skipped"):
                 result.stats.update(s.critics.train(refs, result.returns, values))
         stats = result.stats
@@ -137,6 +141,8 @@ class RunLoop:
             s.learners.release()
             stats.update(mem_generate_gb=asleep["mem_generate_gb"], mem_asleep_gb=asleep["mem_asleep_gb"],
                          sleep_s=t1 - t0, release_s=time.perf_counter() - t2)
+        if threads is not None:
+            stats["learner_threads"] = threads
         if stats.get("skipped"):
             self.skipped_steps += 1
             log.warning("step %d skipped: non-finite %s", step, stats["skipped"])

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from rayrl.rendezvous import free_port
+from tests.conftest import AGENT_BUILD
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = {"rollout-0", "reward-0", "learner-0", "buffer", "broadcaster"}
@@ -154,7 +155,7 @@ def test_job_submit_to_a_cluster_without_rayrl(deps_python, tmp_path, model_cach
         assert json.loads((runs / "job" / "summary.json").read_text())["steps"] == 20
 
         # the calculator-agent recipe as a job too: its agent function imports from the working directory
-        agent = [str(python), "recipes/calculator_agent.py", "--config", "recipes/calculator_agent.yaml",
+        agent = [str(python), "recipes/calculator_agent.py", "--config", "recipes/calculator_agent.yaml", *AGENT_BUILD,
                  "learner.total_steps=2", "rollout.batch_size=4", "rollout.group_size=2", f"demo.cache_dir={model_cache}",
                  f"metrics.run_dir={runs}", "metrics.run_name=agent-job", "metrics.progress=false",
                  "checkpoint.save_final=false", "scheduler.include_dashboard=false", "scheduler.type=ray"]

@@ -76,7 +76,8 @@ def test_request_past_its_timeout_is_aborted_with_partial_tokens(system):
     other = GenerationRequest("other", prompt, 2, 230, 1.0, ignore_eos=True)
     before = ray.get(rollout.stats.remote())
     ref = rollout.generate.remote([slow, other])
-    while ray.get(rollout.stats.remote())["tokens_generated"] == before["tokens_generated"]:
+    # both requests' samples (4) decode in one batch: 8 tokens means every sample has some, the slow ones too
+    while ray.get(rollout.stats.remote())["tokens_generated"] < before["tokens_generated"] + 8:
         time.sleep(0.002)
     ray.get(rollout.pause.remote())  # the deadline's timer started before these first tokens were seen
     time.sleep(deadline_s + 1.0)

@@ -206,21 +206,21 @@ class VLLMRolloutEngine:
 
     async def _hold(self) -> None:
         """The start of a weight update: new requests wait at the gate; vLLM is paused only when requests are
-        running (its pause_generation sleeps 20 ms even when idle)."""
+        running (its pause_generation sleeps 20 ms even when idle). With nothing running and the gate shut, no
+        new cache block can be written until the release, so the prefix cache of the old weights goes now."""
         self._gate.clear()
         self._paused = self._marks.running()
         if self._paused:
             await self._pause()
+        elif self.vllm.recompute_kv_on_sync and not await self.llm.reset_prefix_cache():
+            log.warning("vLLM did not reset its prefix cache for a weight update; cached prompt blocks "
+                        "of the previous weights may be reused")
 
     async def _release(self) -> None:
-        """The end of a weight update: resume a paused vLLM, or (nothing was running) drop the prefix cache the
-        old weights wrote, as the pause would have; then let waiting requests in."""
+        """The end of a weight update: resume a paused vLLM; then let waiting requests in."""
         try:
             if self._paused:
                 await self.llm.resume_generation()
-            elif self.vllm.recompute_kv_on_sync and not await self.llm.reset_prefix_cache():
-                log.warning("vLLM did not reset its prefix cache after a weight update; cached prompt blocks "
-                            "of the previous weights may be reused")
         finally:
             self._paused = False
             self._gate.set()
