@@ -41,7 +41,9 @@ class WeightBroadcaster:
                  ["learner-0", *self.names], "forming the weight-sync group", self.cfg.sync.timeout_s,
                  [LearnerFailed] + [RolloutFailed] * len(self.rollouts))
         self.plan = ray.get(self.learners.rank0.weight_plan.remote(int(self.cfg.sync.bucket_mb * 2**20)))
-        return {"tensors": self.plan.n_tensors, "bytes": self.plan.n_bytes, "buckets": len(self.plan.buckets)}
+        model_bytes = ray.get(self.learners.rank0.model_bytes.remote())
+        return {"tensors": self.plan.n_tensors, "bytes": self.plan.n_bytes, "buckets": len(self.plan.buckets),
+                "share_of_model": self.plan.n_bytes / model_bytes}
 
     def sync(self) -> WeightVersion:
         """Push the learner's weights to every rollout worker as version v+1, then tell the buffer."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from datetime import timedelta
 
@@ -80,6 +81,12 @@ class LearnerWorker:
         specs = [TensorSpec(n, shape, str(dtype).removeprefix("torch.") if wire == "learner" else wire)
                  for n, shape, dtype in self.learner.weight_specs()]
         return plan_buckets(specs, bucket_bytes)
+
+    def model_bytes(self) -> int:
+        """A sync of every weight, in bytes on the wire (with LoRA a sync sends far less)."""
+        wire = self.cfg.sync.dtype
+        return sum(math.prod(shape) * (dtype if wire == "learner" else getattr(torch, wire)).itemsize
+                   for _, shape, dtype in self.learner.backend.weight_specs())
 
     def init_weight_sync(self, group_info: GroupInfo) -> None:
         self.transport = resolve(WEIGHT_TRANSPORTS, self.cfg.sync.transport, "sync.transport")()

@@ -16,7 +16,8 @@ from rayrl.imports import load_object
 def engine_setup(cfg: Config, num_threads: int = 1) -> EngineSetup:
     return EngineSetup(transport=cfg.sync.transport, on_gpu=cfg.on_gpu, seed=cfg.learner.seed,
                        request_timeout_s=cfg.rollout.request_timeout_s, bitwise=cfg.rollout.bitwise_on_policy,
-                       sleeps=cfg.placement.mode == "colocate" and cfg.on_gpu, num_threads=num_threads)
+                       sleeps=cfg.placement.mode == "colocate" and cfg.on_gpu, num_threads=num_threads,
+                       lora=cfg.lora if cfg.lora.enabled else None)
 
 
 def rollout_engine(cfg: Config, model_path: str, num_threads: int = 1, tokenizer=None):
@@ -28,7 +29,8 @@ def rollout_engine(cfg: Config, model_path: str, num_threads: int = 1, tokenizer
 def learner_setup(cfg: Config, num_threads: int = 1) -> LearnerSetup:
     return LearnerSetup(on_gpu=cfg.on_gpu, temperature=cfg.rollout.temperature,
                         max_new_tokens=cfg.rollout.max_new_tokens, bitwise=cfg.rollout.bitwise_on_policy,
-                        kv_block_size=cfg.vllm.kv_block_size, num_threads=num_threads)
+                        kv_block_size=cfg.vllm.kv_block_size, num_threads=num_threads,
+                        lora=cfg.lora if cfg.lora.enabled else None)
 
 
 def learner(cfg: Config, model_path: str, num_threads: int = 1):

@@ -246,6 +246,20 @@ class LearnerConfig(_Section):
         return self
 
 
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # Qwen2's linears
+
+
+class LoraConfig(_Section):
+    """LoRA adapters (PEFT) on a frozen base: the learner trains only them, a weight sync carries only them,
+    the rollout engines sample with them. Its own section: the learner and the rollout engines both read it."""
+
+    enabled: bool = F(False, "Train LoRA adapters on a frozen base instead of every weight.")
+    rank: int = F(16, "The adapters' rank r.", ge=1)
+    alpha: float = F(32.0, "The update is alpha / rank · B·A.", gt=0)
+    dropout: float = F(0.0, "Dropout on the adapters' input, in training.", ge=0, lt=1)
+    target_modules: list[str] = F(LORA_TARGETS, "Linear layers that get an adapter, by module name.", min_length=1)
+
+
 ALGORITHM_ALIASES = {"DR-GRPO": "dr_grpo", "DR_GRPO": "dr_grpo", "REINFORCE++": "reinforce_pp"}
 # what each algorithm.type sets when its key is left unset: (clip_eps, clip_eps_high, loss_agg)
 TYPE_DEFAULTS = {
@@ -356,6 +370,7 @@ class Config(_Section):
     vllm: VLLMConfig = VLLMConfig()
     agent: AgentConfig = AgentConfig()
     learner: LearnerConfig = LearnerConfig()
+    lora: LoraConfig = LoraConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     sync: SyncConfig = SyncConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()

@@ -134,6 +134,7 @@ RULE_CASES = {
                                   ["rollout.bitwise_on_policy=true", "rollout.engine=vllm", "cluster.n_gpus_per_node=2",
                                    "sync.transport=nccl", "vllm.enforce_eager=true", "vllm.dtype=bfloat16",
                                    "learner.dtype=bfloat16", "learner.backend=fsdp"]),
+    "lora_has_a_path": (["lora.enabled=true", "rollout.engine=vllm"], ["lora.enabled=true", "rollout.engine=hf"]),
 }
 
 

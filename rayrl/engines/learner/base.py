@@ -9,6 +9,8 @@ from typing import Protocol
 
 import torch
 
+from rayrl.config import LoraConfig
+
 
 @dataclass(frozen=True)
 class LearnerSetup:
@@ -21,6 +23,7 @@ class LearnerSetup:
     bitwise: bool  # rollout.bitwise_on_policy: score on vLLM's batch-invariant kernels
     kv_block_size: int  # vllm.kv_block_size: the page the bitwise attention reads
     num_threads: int  # torch threads (CPU)
+    lora: LoraConfig | None = None  # lora.enabled: train adapters on a frozen base
 
 
 class LearnerBackend(Protocol):

@@ -38,7 +38,8 @@ class FSDPBackend:
             model.to(self.device)
         if lc.activation_checkpointing:
             model.gradient_checkpointing_enable()
-        for layer in model.model.layers if getattr(model, "shard_per_layer", True) else ():
+        plain = model.get_base_model() if hasattr(model, "get_base_model") else model  # under LoRA's wrapping
+        for layer in plain.model.layers if getattr(model, "shard_per_layer", True) else ():
             fully_shard(layer, mesh=self.mesh, mp_policy=mp, offload_policy=offload)
         fully_shard(model, mesh=self.mesh, mp_policy=mp, offload_policy=offload)
         return model

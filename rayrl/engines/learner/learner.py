@@ -28,6 +28,7 @@ from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
 from rayrl.models.bitwise_ops import enable_batch_invariant_kernels
 from rayrl.models.bitwise_qwen2 import BitwiseQwen2
+from rayrl.models.lora import ADAPTER_DIR, add_adapters, export_adapter, is_adapter, merged_state
 from rayrl.models.policy import load_policy
 from rayrl.types import Batch
 
@@ -84,7 +85,10 @@ class Learner:
 
         model, self.tokenizer = policy()
         self.hf_config = model.config
-        ref = policy()[0].eval().requires_grad_(False) if alg.beta > 0 else None
+        self.lora = setup.lora
+        if self.lora is not None:  # the reference for KL is then this model with its adapters off
+            model = add_adapters(model, self.lora)
+        ref = policy()[0].eval().requires_grad_(False) if alg.beta > 0 and self.lora is None else None
         backend_cls = resolve(LEARNER_BACKENDS, lc.backend, "learner.backend")
         if self.device.type == "cuda" and lc.gpu_memory_fraction is not None:  # colocate, share: the rest is the engine's
             torch.cuda.set_per_process_memory_fraction(lc.gpu_memory_fraction)
@@ -100,6 +104,9 @@ class Learner:
 
     # ---- scoring ------------------------------------------------------------------------------
     def _logprobs(self, mb: MicroBatch, reference: bool = False, entropy: bool = False):
+        if reference and self.lora is not None:  # the frozen base: the policy with its adapters off
+            with self.backend.model.disable_adapter():
+                return microbatch_logprobs(self.backend.model, mb, self.setup.temperature, self.device, entropy)
         model = self.backend.ref_model if reference else self.backend.model
         return microbatch_logprobs(model, mb, self.setup.temperature, self.device, entropy)
 
@@ -203,11 +210,14 @@ class Learner:
 
     # ---- weights and checkpoints ------------------------------------------------------------
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Collective on sharded backends: every rank walks it in lockstep."""
-        return self.backend.named_full_weights()
+        """What a weight sync sends: every parameter, or with LoRA only the adapters. Collective on sharded
+        backends: every rank walks it in lockstep."""
+        weights = self.backend.named_full_weights()
+        return weights if self.lora is None else ((n, t) for n, t in weights if is_adapter(n))
 
     def weight_specs(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
-        return self.backend.weight_specs()
+        specs = self.backend.weight_specs()
+        return specs if self.lora is None else [s for s in specs if is_adapter(s[0])]
 
     def save(self, path: str) -> None:
         """The backend's training state, plus (rank 0) an HF export and the learner state; collective."""
@@ -217,6 +227,9 @@ class Learner:
         self.backend.save(out)
         full = {name: t.detach().cpu() for name, t in self.backend.named_full_weights()}
         if self.dp.rank == 0:
+            if self.lora is not None:  # the adapter directory, and the export with the adapters merged
+                export_adapter(self.backend.model, {n: t for n, t in full.items() if is_adapter(n)}, out / ADAPTER_DIR)
+                full = merged_state(full, self.lora)
             export_hf(full, self.hf_config, self.tokenizer, out)
             torch.save({"version": self.version, "scheduler": self.backend.scheduler.state_dict(),
                         "rng": torch.get_rng_state()}, out / STATE_FILE)

@@ -25,4 +25,6 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: LearnerConfig) -> torc
 
 
 def make_optimizer(params, cfg: LearnerConfig) -> torch.optim.AdamW:
+    """AdamW over the parameters that train (LoRA: the adapters only; the frozen base holds no state)."""
+    params = [p for p in params if p.requires_grad]
     return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rayrl.config import LoraConfig
 from rayrl.types import GenerationRequest, Sample
 
 
@@ -20,6 +21,7 @@ class EngineSetup:
     bitwise: bool  # rollout.bitwise_on_policy
     sleeps: bool  # colocated on a GPU: the engine sleeps while the learner trains
     num_threads: int  # torch threads (CPU)
+    lora: LoraConfig | None = None  # lora.enabled: sample with the adapters each sync brings
 
 
 class RolloutEngine(Protocol):

@@ -17,6 +17,7 @@ import torch
 from rayrl.config import HFConfig
 from rayrl.engines.rollout.base import EngineSetup
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
+from rayrl.models.lora import add_adapters
 from rayrl.models.policy import load_policy
 from rayrl.types import GenerationRequest, Sample
 
@@ -79,9 +80,11 @@ class HFRolloutEngine:
         torch.set_num_threads(max(1, setup.num_threads))
         self.model, own_tokenizer = load_policy(model_path)
         self.tokenizer = tokenizer or own_tokenizer
-        self.model.eval()
         # transformers >= 5.2x names the KV cache `cache`; older 5.x releases call it `past_key_values`
         self._cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        if setup.lora is not None:  # the learner's wrapping: a sync's adapter tensors land here by name
+            self.model = add_adapters(self.model, setup.lora)
+        self.model.eval()
         self.hf, self.setup = hf, setup
         self.version = 0
         self.sync_ranks = 1

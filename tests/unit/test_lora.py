@@ -1,0 +1,86 @@
+"""LoRA: the learner trains only the adapters and a sync carries only them; the hf engine holding the synced
+adapters scores like the learner; the merged export and the adapter directory reproduce the learner."""
+
+import pytest
+import torch
+
+from rayrl import components
+from rayrl.batching import collate
+from rayrl.components import demo_model
+from rayrl.models.lora import ADAPTER_DIR, is_adapter
+from rayrl.models.policy import load_policy
+
+LORA = ["lora.enabled=true", "lora.rank=4", "learner.lr=1e-2"]
+
+
+@pytest.fixture(scope="module")
+def model_path(make_cfg):
+    return str(demo_model(make_cfg("demo.warmup_steps=20")))
+
+
+@pytest.fixture(scope="module")
+def trained(make_cfg, model_path, random_groups):
+    """A LoRA learner after two steps, and its weights before them."""
+    learner = components.learner(make_cfg(*LORA), model_path)
+    before = {n: p.detach().clone() for n, p in learner.backend.model.named_parameters()}
+    for seed in (0, 1):
+        learner.train_step(collate(random_groups(4, 4, seed), learner.tokenizer.pad_token_id))
+    return learner, before
+
+
+def test_only_the_adapters_train_and_sync(trained):
+    learner, before = trained
+    after = dict(learner.backend.model.named_parameters())
+    changed = {n for n, p in after.items() if not torch.equal(p, before[n])}
+    assert changed and all(is_adapter(n) for n in changed), sorted(changed)[:5]
+    assert any("lora_B" in n for n in changed)  # B starts at zero: the adapters now change the outputs
+    specs = learner.weight_specs()
+    assert specs and all(is_adapter(name) for name, _, _ in specs)
+    adapter_bytes = sum(t.numel() * t.element_size() for _, t in learner.named_full_weights())
+    full_bytes = sum(p.numel() * p.element_size() for n, p in after.items() if not is_adapter(n))
+    assert adapter_bytes / full_bytes <= 0.10, adapter_bytes / full_bytes  # rank 4 on the small demo model
+    assert {p for g in learner.backend.optimizer.param_groups for p in g["params"]} == \
+        {p for n, p in after.items() if is_adapter(n)}
+
+
+def test_hf_engine_with_the_synced_adapters_scores_like_the_learner(trained, make_cfg, model_path, random_groups):
+    learner, _ = trained
+    engine = components.rollout_engine(make_cfg(*LORA), model_path)
+    params = dict(engine.model.named_parameters())
+    batch = collate(random_groups(2, 2, seed=5), learner.tokenizer.pad_token_id)
+    stale = _logprobs(engine.model, batch, learner)
+    with torch.no_grad():
+        for name, tensor in learner.named_full_weights():  # what a sync carries, by name
+            params[name].copy_(tensor)
+    fresh = _logprobs(engine.model, batch, learner)
+    ours = learner.compute_logprobs(batch)
+    mask = batch.loss_mask > 0
+    assert (fresh - ours)[mask].abs().max() <= 1e-5
+    assert (stale - ours)[mask].abs().max() > 1e-3  # without the sync the engine samples another policy
+
+
+def test_merged_export_and_adapter_directory_reproduce_the_learner(trained, model_path, tmp_path, random_groups):
+    from peft import PeftModel
+
+    learner, _ = trained
+    learner.save(str(tmp_path))
+    batch = collate(random_groups(2, 2, seed=7), learner.tokenizer.pad_token_id)
+    ours = learner.compute_logprobs(batch)
+    mask = batch.loss_mask > 0
+    merged, _ = load_policy(tmp_path)
+    assert (_logprobs(merged, batch, learner) - ours)[mask].abs().max() <= 1e-5
+    base, _ = load_policy(model_path)
+    adapted = PeftModel.from_pretrained(base, str(tmp_path / ADAPTER_DIR))
+    assert (_logprobs(adapted, batch, learner) - ours)[mask].abs().max() <= 1e-5
+
+
+def test_target_modules_the_model_lacks_are_named(make_cfg, model_path):
+    with pytest.raises(ValueError, match=r"lora.target_modules \['qkv_fused'\]"):
+        components.learner(make_cfg(*LORA, "lora.target_modules=[qkv_fused]"), model_path)
+
+
+def _logprobs(model, batch, learner):
+    """Log-probs on the same scoring path, at the learner's temperature."""
+    from rayrl.engines.learner.scoring import batch_logprobs
+
+    return batch_logprobs(model.eval(), batch, learner.setup.temperature)
