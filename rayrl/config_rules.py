@@ -117,22 +117,29 @@ def bitwise_is_verified_setup(c: Config) -> str | None:
 def lora_has_a_path(c: Config) -> str | None:
     if not c.lora.enabled:
         return None
-    unsupported = {"rollout.engine=vllm (adapter sync to vLLM is not built yet)": c.rollout.engine == "vllm",
-                   "learner.backend=deepspeed (ZeRO partitions PEFT's frozen base and its adapters alike; "
+    unsupported = {"learner.backend=deepspeed (ZeRO partitions PEFT's frozen base and its adapters alike; "
                    "not verified)": c.learner.backend == "deepspeed",
                    "rollout.bitwise_on_policy=true (its forward has no adapters)": c.rollout.bitwise_on_policy,
                    "algorithm.type=ppo (the critic trains every weight)": c.algorithm.type == "ppo"}
     found = [k for k, bad in unsupported.items() if bad]
     if found:
-        return "lora.enabled=true does not work with " + "; ".join(found) + "; use rollout.engine=hf and " \
-               "learner.backend=torch or fsdp"
+        return "lora.enabled=true does not work with " + "; ".join(found) + "; use learner.backend=torch or fsdp"
+    return None
+
+
+VLLM_MAX_LORA_RANK = 512  # vLLM's largest max_lora_rank
+
+
+def lora_rank_fits_vllm(c: Config) -> str | None:
+    if c.lora.enabled and c.rollout.engine == "vllm" and c.lora.rank > VLLM_MAX_LORA_RANK:
+        return f"lora.rank={c.lora.rank} is above vLLM's largest max_lora_rank ({VLLM_MAX_LORA_RANK}); lower it"
     return None
 
 
 RULES = (nccl_needs_gpus_and_vllm, group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
          openai_agent_needs_fn, colocate_is_synchronous, ipc_needs_a_shared_gpu, share_needs_ipc, share_memory_fits,
          ipc_needs_one_rollout_worker, offload_optimizer_is_not_deepspeed, tensor_parallel_needs_vllm_gpus,
-         bitwise_is_verified_setup, lora_has_a_path)
+         bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm)
 
 
 def check_rules(c: Config) -> None:

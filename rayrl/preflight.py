@@ -1,7 +1,7 @@
 """What can be checked before Ray starts is checked before Ray starts: the reward function imports and takes
 (sample, task), the workflow class and agent function import, the files and directories the config names, the
 task's data (the file parses, has its fields and answers, leaves problems to train on), one sequence fits a
-micro-batch, the cluster at scheduler.address answers. Each failure is a ConfigError naming the key or the file
+micro-batch, LoRA's target modules exist in the model, the cluster at scheduler.address answers. Each failure is a ConfigError naming the key or the file
 and line, the value, and what is expected."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from rayrl.config import Config, ConfigError
 from rayrl.data import PromptTemplate, load_tasks
 from rayrl.imports import load_object
+from rayrl.models.lora import linear_names, missing_targets
 from rayrl.models.tokenizer import build_char_tokenizer, build_chat_tokenizer, load_tokenizer
 from rayrl.rewards.registry import load_reward_fn
 from rayrl.types import Task
@@ -94,6 +95,29 @@ def check_micro_batch(cfg: Config, tasks: list[Task]) -> None:
                           f"at least {longest}")
 
 
+def check_lora(cfg: Config) -> None:
+    """lora.target_modules name linear layers of the model (its skeleton, built without weights)."""
+    if not cfg.lora.enabled:
+        return
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        raise ConfigError("lora.enabled=true needs PEFT: pip install 'rayrl[lora]'") from None
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
+
+    path = cfg.model.path
+    config = AutoConfig.from_pretrained(str(Path(path).expanduser())) if path else Qwen2Config(
+        hidden_size=cfg.demo.hidden_size, intermediate_size=cfg.demo.intermediate_size, num_hidden_layers=1,
+        num_attention_heads=cfg.demo.num_heads, num_key_value_heads=cfg.demo.num_kv_heads, head_dim=cfg.demo.head_dim)
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)
+    missing = missing_targets(skeleton, cfg.lora.target_modules)
+    if missing:
+        raise ConfigError(f"lora.target_modules {missing} name no linear layer of {type(skeleton).__name__}; "
+                          f"it has {sorted(linear_names(skeleton) - {'lm_head'})}")
+
+
 def check_address(cfg: Config) -> None:
     """scheduler.type=ray with host:port: a TCP connection to the GCS within scheduler.connect_timeout_s."""
     s = cfg.scheduler
@@ -116,5 +140,6 @@ def preflight(cfg: Config) -> tuple[list[Task], list[Task]]:
     check_paths(cfg)
     tasks = check_data(cfg)
     check_micro_batch(cfg, [*tasks[0], *tasks[1]])
+    check_lora(cfg)
     check_address(cfg)
     return tasks

@@ -42,8 +42,7 @@ class RunLoop:
         self.acc_before = state.eval_accuracy_before if state else self.evaluate()
         self.reporter = StepReporter(run_dir, cfg, (state.wandb_id if state else "") or uuid.uuid4().hex[:12],
                                      cfg.learner.total_steps)
-        self.threads = ThreadBudget(system, system.placement.threads("rollout")) \
-            if not cfg.on_gpu and cfg.learner.threads is None else None  # the learner's threads per step
+        self.threads = ThreadBudget(system) if not cfg.on_gpu and cfg.learner.threads is None else None
         self.skipped_steps = 0  # steps the learner did not apply: something was not finite
         self.stop_request = StopRequest()  # SIGTERM: checkpoint at the end of the step, then stop
 

@@ -115,10 +115,14 @@ def test_a_dead_workers_pending_take_leases_nothing(ray_cluster):
     ray.kill(buffer)
 
 
-def test_lora_sync_carries_only_the_adapters_and_the_engine_samples_with_them(ray_cluster, make_cfg):
+@pytest.mark.parametrize("engine", [["rollout.engine=hf"], ["rollout.engine=vllm", "vllm.enforce_eager=true",
+                                                          "vllm.cpu_kv_cache_gb=0.25"]], ids=["hf", "vllm"])
+def test_lora_sync_carries_only_the_adapters_and_the_engine_samples_with_them(ray_cluster, make_cfg, engine):
     """lora.enabled: after each sync the engine's log-probs of its own samples equal the learner's (fp32, 1e-5);
-    with the sync skipped after a step they do not, so the check would catch an engine left on an old adapter."""
-    s = ActorSystem(make_cfg("lora.enabled=true", "lora.rank=4", "learner.lr=1e-2"), "lora-sync")
+    with the sync skipped after a step they do not, so the check would catch an engine left on an old adapter.
+    vLLM samples with the adapters as its own LoRA (enable_lora), reloaded in place at each sync."""
+    s = ActorSystem(make_cfg("lora.enabled=true", "lora.rank=4", "learner.lr=1e-2", *engine),
+                    f"lora-sync-{engine[0].split('=')[1]}")
     try:
         tasks = load_tasks(s.cfg.data)[0][:16]
         rollout, learner, reward = s.rollouts[0], s.learners.rank0, s.rewards[0]

@@ -48,6 +48,12 @@ CASES = {
     "micro-batch below one sequence": (lambda tmp, model: ["learner.max_tokens_per_micro_batch=4"],
                                        "learner.max_tokens_per_micro_batch=4 is below one sequence"),
     "a section given a value": (lambda tmp, model: ["algorithm=ppo"], "'algorithm' is a section of keys"),
+    "LoRA on layers the model lacks": (lambda tmp, model: ["lora.enabled=true", "lora.target_modules=[c_attn]"],
+                                       r"lora.target_modules \['c_attn'\] name no linear layer of Qwen2ForCausalLM"),
+    "LoRA on DeepSpeed": (lambda tmp, model: ["lora.enabled=true", "learner.backend=deepspeed"],
+                          "lora.enabled=true does not work with learner.backend=deepspeed"),
+    "LoRA above vLLM's ranks": (lambda tmp, model: ["lora.enabled=true", "rollout.engine=vllm", "lora.rank=1024"],
+                                "above vLLM's largest max_lora_rank"),
 }
 
 

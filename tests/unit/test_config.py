@@ -134,7 +134,9 @@ RULE_CASES = {
                                   ["rollout.bitwise_on_policy=true", "rollout.engine=vllm", "cluster.n_gpus_per_node=2",
                                    "sync.transport=nccl", "vllm.enforce_eager=true", "vllm.dtype=bfloat16",
                                    "learner.dtype=bfloat16", "learner.backend=fsdp"]),
-    "lora_has_a_path": (["lora.enabled=true", "rollout.engine=vllm"], ["lora.enabled=true", "rollout.engine=hf"]),
+    "lora_rank_fits_vllm": (["lora.enabled=true", "rollout.engine=vllm", "lora.rank=1024"],
+                            ["lora.enabled=true", "rollout.engine=vllm", "lora.rank=512"]),
+    "lora_has_a_path": (["lora.enabled=true", "learner.backend=deepspeed"], ["lora.enabled=true", "learner.backend=fsdp"]),
 }
 
 

@@ -84,3 +84,22 @@ def _logprobs(model, batch, learner):
     from rayrl.engines.learner.scoring import batch_logprobs
 
     return batch_logprobs(model.eval(), batch, learner.setup.temperature)
+
+
+def test_fsdp_trains_the_same_adapters_as_one_plain_rank(trained, make_cfg, model_path, random_groups, tmp_path):
+    import torch.distributed as dist
+
+    plain, _ = trained
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        learner = components.learner(make_cfg(*LORA, "learner.backend=fsdp"), model_path)
+        for seed in (0, 1):
+            learner.train_step(collate(random_groups(4, 4, seed), learner.tokenizer.pad_token_id))
+        ours, theirs = dict(learner.named_full_weights()), dict(plain.named_full_weights())
+        assert ours.keys() == theirs.keys()
+        assert max((ours[n] - theirs[n]).abs().max().item() for n in ours) <= 1e-5
+        learner.save(str(tmp_path / "checkpoint"))  # the exports from FSDP2's sharded tensors
+        assert (tmp_path / "checkpoint" / ADAPTER_DIR / "adapter_config.json").is_file()
+        assert (tmp_path / "checkpoint" / "config.json").is_file()
+    finally:
+        dist.destroy_process_group()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rayrl.config import VLLMConfig
 from rayrl.engines.rollout.base import EngineSetup
+from rayrl.engines.rollout.vllm_lora import VLLMAdapterSync
 from rayrl.engines.rollout.vllm_versions import VersionMarks, completion_versions
 from rayrl.engines.rollout.vllm_weight_sync import VLLMWeightSync
 from rayrl.types import GenerationRequest, Sample
@@ -84,12 +85,14 @@ class VLLMRolloutEngine:
         self.vllm, self.setup, self.tokenizer = vllm, setup, tokenizer
         self.version = 0
         self.asleep = False  # colocated: sleeping while the learner trains, until the next weight update
-        self.sync_ranks = vllm.tensor_parallel_size  # ranks this engine adds to the weight-sync group
+        # ranks this engine adds to the weight-sync group: vLLM's workers, or (LoRA) this process
+        self.sync_ranks = 1 if setup.lora is not None else vllm.tensor_parallel_size
         self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0}
         self._marks = VersionMarks()
         self._paused = False  # the current weight update paused vLLM (requests were running)
         self._gate: asyncio.Event | None = None  # closed during a weight update: new requests wait at it
-        self._weights = VLLMWeightSync(setup.transport, setup.bitwise)
+        self._weights = VLLMAdapterSync(setup.transport, setup.lora) if setup.lora is not None \
+            else VLLMWeightSync(setup.transport, setup.bitwise)
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True).start()
         try:
@@ -155,7 +158,8 @@ class VLLMRolloutEngine:
         timer = self._loop.call_later(timeout, self._expire, rid, timed_out)
         final = None
         try:
-            async for out in self.llm.generate({"prompt_token_ids": list(r.prompt_ids)}, params, request_id=rid):
+            async for out in self.llm.generate({"prompt_token_ids": list(r.prompt_ids)}, params, request_id=rid,
+                                               lora_request=self._weights.request):
                 final = out
         finally:
             timer.cancel()
@@ -260,4 +264,5 @@ class VLLMRolloutEngine:
 
     def shutdown(self) -> None:
         self.llm.shutdown()
+        self._weights.close()
         self._loop.call_soon_threadsafe(self._loop.stop)

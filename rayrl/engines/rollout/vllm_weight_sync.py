@@ -30,6 +30,10 @@ class VLLMWeightSync:
                              f"use one of {sorted(VLLM_ENGINE_FOR_TRANSPORT) + ['ipc']}")
         self.transport, self.bitwise = transport, bitwise
         self.last_receive: dict = {}  # ipc: which path wrote the weights, and how long it took
+        self.request = None  # full weights: requests carry no LoRA adapter
+
+    def close(self) -> None:
+        """Nothing of its own to clean up (the LoRA variant removes its adapter directory)."""
 
     def engine_args(self) -> dict:
         """Keyword arguments for AsyncEngineArgs that switch weight transfer on."""
