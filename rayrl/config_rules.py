@@ -120,7 +120,7 @@ def lora_has_a_path(c: Config) -> str | None:
     unsupported = {"learner.backend=deepspeed (ZeRO partitions PEFT's frozen base and its adapters alike; "
                    "not verified)": c.learner.backend == "deepspeed",
                    "rollout.bitwise_on_policy=true (its forward has no adapters)": c.rollout.bitwise_on_policy,
-                   "algorithm.type=ppo (the critic trains every weight)": c.algorithm.type == "ppo"}
+                   "algorithm.type=ppo (not verified with a critic beside the adapters)": c.algorithm.type == "ppo"}
     found = [k for k, bad in unsupported.items() if bad]
     if found:
         return "lora.enabled=true does not work with " + "; ".join(found) + "; use learner.backend=torch or fsdp"
