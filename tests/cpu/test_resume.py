@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -41,13 +42,14 @@ def _steps(run: Path) -> list[dict]:
     return [{k: v for k, v in x.items() if k not in TIMINGS} for x in lines if "step" in x]
 
 
-def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, model_cache):
+@pytest.mark.parametrize("variant", [[], ["lora.enabled=true", "learner.lr=1e-3"]], ids=["full", "lora"])
+def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, model_cache, variant):
     runs = tmp_path / "runs"
     exact = "algorithm.dynamic_sampling=false"
-    subprocess.run(_driver(model_cache, runs, "straight", exact), cwd=ROOT, env=_env(), check=True, timeout=600,
-                   capture_output=True)
+    subprocess.run(_driver(model_cache, runs, "straight", exact, *variant), cwd=ROOT, env=_env(), check=True,
+                   timeout=600, capture_output=True)
 
-    cmd = _driver(model_cache, runs, "resumed", exact, "checkpoint.every_steps=3")
+    cmd = _driver(model_cache, runs, "resumed", exact, "checkpoint.every_steps=3", *variant)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     first = runs / "resumed" / "checkpoints" / "step-00000003" / "manifest.json"
@@ -63,8 +65,12 @@ def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, model_cach
     summary = json.loads((runs / "resumed" / "summary.json").read_text())
     assert summary["resumed_from"].endswith("step-00000003") and summary["steps"] == 6
     assert _steps(runs / "resumed") == _steps(runs / "straight")
-    a, b = load_file(runs / "straight" / "final" / "model.safetensors"), load_file(runs / "resumed" / "final" / "model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    files = ["model.safetensors"] + (["adapter/adapter_model.safetensors"] if variant else [])
+    for file in files:  # LoRA: the merged export and the adapters themselves
+        a, b = load_file(runs / "straight" / "final" / file), load_file(runs / "resumed" / "final" / file)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), file
+    if variant:
+        return
 
     # the same name again with resume=never: a new directory, the finished run untouched
     subprocess.run(_driver(model_cache, runs, "straight", "learner.total_steps=1", "checkpoint.resume=never",
