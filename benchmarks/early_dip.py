@@ -3,7 +3,7 @@ variant for 60, on several sampling seeds: held-out greedy accuracy before and a
 10 steps the sampled reward, the share of groups whose rewards are all equal, response length and the
 sampled tokens' negative log-prob (an entropy estimate). Extra key=value pairs go to every run.
 
-    python -m benchmarks.early_dip [--seeds 0 1 2] [learner.lr=5e-5 ...]
+    python -m benchmarks.early_dip [--seeds 0 1 2] [--setups 32x8 8x4] [learner.lr=5e-5 ...]
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ def blocks(run_dir: Path) -> dict[str, list[float]]:
 def main() -> None:
     p = benchmark_parser(__doc__)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--setups", nargs="+", choices=sorted(SETUPS), default=list(SETUPS))
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
     rows = []
-    for setup, extra in SETUPS.items():
+    for setup in args.setups:
+        extra = SETUPS[setup]
         for seed in args.seeds:
             cfg = load_config("recipes/arithmetic_grpo.yaml", [*BASE, *extra, *args.overrides, f"rollout.seed={seed}",
                                                               f"learner.seed={seed}", f"metrics.run_name=dip-{setup}-{seed}"])
