@@ -21,13 +21,15 @@ import vllm  # noqa: E402,F401 - make test installs the CPU build: missing, thes
 
 
 def test_arithmetic_recipe_learns_with_vllm(ray_cluster, model_cache, tmp_path):
+    """150 steps; the bar is about half the smallest rise of three such runs (learning_repeats-20261202-152113.json,
+    rollout.engine=vllm: +0.220 / +0.280 / +0.325)."""
     cfg = load_config("recipes/arithmetic_grpo.yaml", [
-        "rollout.engine=vllm", "vllm.enforce_eager=true", "vllm.cpu_kv_cache_gb=0.25",
+        "learner.total_steps=150", "rollout.engine=vllm", "vllm.enforce_eager=true", "vllm.cpu_kv_cache_gb=0.25",
         f"demo.cache_dir={model_cache}", f"metrics.run_dir={tmp_path}", "metrics.run_name=vllm-learns",
         "metrics.progress=false", "checkpoint.save_final=false"])
     summary = train(cfg)
     before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
-    assert after >= before + 0.15, f"held-out accuracy {before:.3f} -> {after:.3f}"
+    assert after >= before + 0.11, f"held-out accuracy {before:.3f} -> {after:.3f}"
     assert not any(summary["reward_failures"].values()) and summary["aborted_samples"] == 0
 
 
