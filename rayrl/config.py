@@ -108,14 +108,13 @@ class DataConfig(_Section):
 class RewardConfig(_Section):
     """The reward function and the actors that call it."""
 
-    fn: str = F("rayrl.rewards.arithmetic:exact_match", "'module:function' taking (sample, task), returning a float "
-                                                       "or a RewardResult.")
+    fn: str = F("rayrl.rewards.arithmetic:exact_match", "'module:function' of (sample, task): float or RewardResult.")
     num_actors: int = F(1, "Reward actors.", ge=1)
     timeout_s: float = F(5.0, "Per call, from its start; a call past it is abandoned and counted.", gt=0)
     max_threads: int = F(4, "Reward calls running at once per reward actor.", ge=1)
     max_restarts: int = F(3, "A dead reward actor is restarted; the groups it was scoring are retried.", ge=0)
-    max_failure_fraction: float = F(0.5, "Failed samples (raised, timed out, non-finite, wrong type) among the "
-                                         "last failure_window past which the run stops.", gt=0, le=1)
+    max_failure_fraction: float = F(0.5, "The failed share of the last failure_window samples that stops the run.",
+                                    gt=0, le=1)
     failure_window: int = F(256, "Samples the failure fraction is taken over.", ge=1)
     max_failing_s: float = F(45.0, "Every sample scored for this long failed: the run stops, however slowly the "
                                    "failures come (a reward that hangs on every call).", gt=0)
@@ -124,8 +123,7 @@ class RewardConfig(_Section):
 class RolloutConfig(_Section):
     """The rollout loop: workers, sampling, staleness, faults."""
 
-    engine: Literal["hf", "vllm"] = F("hf", "The generation engine: hf (pure torch, the CPU default; section hf) "
-                                            "or vllm (vLLM's AsyncLLM; section vllm).")
+    engine: Literal["hf", "vllm"] = F("hf", "hf: pure torch (the CPU default; section hf); vllm: section vllm.")
     num_workers: int = F(1, "Rollout workers.", ge=1)
     cpus_per_worker: float = F(1.0, "CPUs per rollout worker; its torch threads on CPU.", gt=0)
     batch_size: int = F(32, "Prompts per training step; each yields group_size samples.", ge=1)
@@ -133,9 +131,8 @@ class RolloutConfig(_Section):
     max_new_tokens: int = F(6, "Tokens per completion at most.", ge=1)
     temperature: float = F(0.7, "Sampling temperature of training samples.", gt=0)
     max_staleness: int = F(1, "η: how many policy versions a trained sample may lag; 0 is synchronous RL.", ge=0)
-    workflow: str = F("rayrl.workflows.rlvr:SingleTurn", "The episode code, a Workflow class by import string "
-                                                         "(single-turn RLVR, multi-turn tool use, an OpenAI-client "
-                                                         "agent, or your own).")
+    workflow: str = F("rayrl.workflows.rlvr:SingleTurn", "The episode code: a Workflow class by import string "
+                                                         "(single-turn, tool use, an OpenAI-client agent, yours).")
     groups_per_call: int = F(4, "Prompts a worker leases at once; their episodes start together.", ge=1)
     prompt_lead_batches: int = F(2, "Prompt batches queued beyond what staleness admits.", ge=1)
     queue_check_s: float = F(1.0, "While waiting for a batch: how often the driver checks workers and prompts.", gt=0)
@@ -143,8 +140,7 @@ class RolloutConfig(_Section):
     seed: int = F(0, "Each request samples from its own stream, seeded by this and its task id (exact resume).")
     max_restarts: int = F(3, "A dead rollout worker is restarted, rejoins and loads the current weights.", ge=0)
     restart_timeout_s: float = F(300.0, "A restarted worker (its engine built again) must answer within it.", gt=0)
-    ignore_eos: bool = F(False, "Training samples run to exactly max_new_tokens (benchmarks); evaluation still "
-                                "stops at EOS.")
+    ignore_eos: bool = F(False, "Training samples run to exactly max_new_tokens (benchmarks); not evaluation.")
     bitwise_on_policy: bool = F(False, "vLLM batch-invariant and the learner on vLLM's kernels: rollout and learner "
                                        "log-probs equal bit for bit (docs: Bitwise on-policy).")
 
@@ -224,12 +220,10 @@ class LearnerConfig(_Section):
     adam_eps: float = F(1e-8, "AdamW epsilon.", gt=0)
     grad_clip: float = F(1.0, "Gradient-norm clip.", gt=0)
     minibatches: int = F(1, "Optimizer steps per training batch.", ge=1)
-    max_tokens_per_micro_batch: int = F(8192, "Gradient accumulation over micro-batches of at most this many "
-                                              "tokens; one sequence must fit.", ge=1)
+    max_tokens_per_micro_batch: int = F(8192, "Micro-batches of at most this many tokens (one sequence fits).", ge=1)
     pack_sequences: bool | None = F(None, "Padding-free packing; unset: packed on GPU (varlen attention), padded.")
     logprob_chunk_tokens: int = F(4096, "Tokens whose fp32 logits exist at once when the learner scores.", ge=1)
-    dtype: Literal["float32", "bfloat16"] = F("float32", "Compute dtype; bfloat16 keeps fp32 master weights and "
-                                                         "reduces gradients in fp32.")
+    dtype: Literal["float32", "bfloat16"] = F("float32", "bfloat16: bf16 compute, fp32 masters and reductions.")
     zero_stage: Literal[2, 3] = F(3, "DeepSpeed's ZeRO stage.")
     cpu_offload: bool = F(False, "fsdp: CPUOffloadPolicy; deepspeed: optimizer state offload.")
     offload_optimizer: bool = F(False, "Optimizer state to host memory between steps (colocate: room for vLLM).")
@@ -246,9 +240,6 @@ class LearnerConfig(_Section):
         return self
 
 
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # Qwen2's linears
-
-
 class LoraConfig(_Section):
     """LoRA adapters (PEFT) on a frozen base: the learner trains only them, a weight sync carries only them,
     the rollout engines sample with them. Its own section: the learner and the rollout engines both read it."""
@@ -257,16 +248,16 @@ class LoraConfig(_Section):
     rank: int = F(16, "The adapters' rank r.", ge=1)
     alpha: float = F(32.0, "The update is alpha / rank · B·A.", gt=0)
     dropout: float = F(0.0, "Dropout on the adapters' input, in training.", ge=0, lt=1)
-    target_modules: list[str] = F(LORA_TARGETS, "Linear layers that get an adapter, by module name.", min_length=1)
+    target_modules: list[str] = F(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                                  "Linear layers that get an adapter, by module name.", min_length=1)
 
 
 ALGORITHM_ALIASES = {"DR-GRPO": "dr_grpo", "DR_GRPO": "dr_grpo", "REINFORCE++": "reinforce_pp"}
 # what each algorithm.type sets when its key is left unset: (clip_eps, clip_eps_high, loss_agg)
-TYPE_DEFAULTS = {
-    "grpo": (0.2, 0.2, "token_mean"), "dr_grpo": (0.2, 0.2, "seq_mean_token_sum_norm"),
-    "dapo": (0.2, 0.28, "token_mean"), "rloo": (0.2, 0.2, "token_mean"), "reinforce_pp": (0.2, 0.2, "token_mean"),
-    "gspo": (3e-4, 4e-4, "seq_mean_token_mean"), "ppo": (0.2, 0.2, "token_mean"),
-}
+TYPE_DEFAULTS = {"grpo": (0.2, 0.2, "token_mean"), "dr_grpo": (0.2, 0.2, "seq_mean_token_sum_norm"),
+                 "dapo": (0.2, 0.28, "token_mean"), "rloo": (0.2, 0.2, "token_mean"),
+                 "reinforce_pp": (0.2, 0.2, "token_mean"), "gspo": (3e-4, 4e-4, "seq_mean_token_mean"),
+                 "ppo": (0.2, 0.2, "token_mean")}
 GROUP_RELATIVE = ("grpo", "dr_grpo", "dapo", "rloo", "gspo")  # types whose advantages need >= 2 samples a group
 
 
@@ -286,16 +277,13 @@ class AlgorithmConfig(_Section):
     kl_estimator: Literal["k1", "k2", "k3"] = F("k3", "k1: log(p/ref); k2: (log(p/ref))^2 / 2; k3: ref/p - 1 - log.")
     kl_in_reward: bool = F(False, "Subtract the KL from the reward instead of adding it to the loss.")
     off_policy_correction: bool = F(True, "Decoupled PPO: behaviour, proximal and current policies.")
-    behav_imp_weight_mode: Literal["mask", "truncate"] = F("mask", "The behaviour weight exp(prox - behav) outside "
-                                                                   "[floor, cap]: mask drops the token, truncate caps.")
+    behav_imp_weight_mode: Literal["mask", "truncate"] = F("mask", "Outside [floor, cap]: mask or truncate.")
     behav_imp_weight_level: Literal["token", "sequence"] = F("token", "A weight per token, or the sequence's product.")
     behav_imp_weight_cap: float = F(5.0, "The behaviour weight's cap.", gt=0)
     behav_imp_weight_floor: float = F(0.0, "Below it a token is masked in either mode.", ge=0)
     std_normalize: bool = F(True, "grpo, dapo, gspo: divide advantages by the group's std.")
-    advantage_std_eps: float = F(1e-6, "Added to a standard deviation before dividing by it (advantage "
-                                       "normalisation).", gt=0)
-    dynamic_sampling: bool = F(True, "DAPO's dynamic sampling: groups whose rewards are all equal are dropped and "
-                                     "counted; further prompts fill the batch.")
+    advantage_std_eps: float = F(1e-6, "Added to a standard deviation before advantages are divided by it.", gt=0)
+    dynamic_sampling: bool = F(True, "Groups whose rewards are all equal are dropped (counted); more prompts fill in.")
     overlong_filter: bool = F(False, "Samples cut at max_new_tokens leave the loss.")
     overlong_buffer: int = F(0, "A penalty falls linearly over the last overlong_buffer tokens (0: off).", ge=0)
     overlong_penalty: float = F(1.0, "The soft overlong penalty at max_new_tokens.", ge=0)
@@ -322,10 +310,8 @@ class AlgorithmConfig(_Section):
 class SyncConfig(_Section):
     """Weight sync from the learner to the rollout engines."""
 
-    transport: Literal["gloo", "nccl", "ipc"] = F("gloo", "gloo: CPU; nccl: GPUs (vLLM); ipc: learner and rollout "
-                                                          "engine on one GPU (colocate or share).")
-    dtype: Literal["learner", "float32", "bfloat16", "float16"] = F("learner", "The dtype weights travel in; "
-                                                                                "bfloat16 halves the bytes.")
+    transport: Literal["gloo", "nccl", "ipc"] = F("gloo", "gloo: CPU; nccl: GPUs; ipc: both sides on one GPU.")
+    dtype: Literal["learner", "float32", "bfloat16", "float16"] = F("learner", "The dtype weights travel in.")
     bucket_mb: float = F(256.0, "Packed-buffer size.", gt=0)
     timeout_s: float = F(120.0, "Each part of a sync must finish within it.", gt=0)
 
@@ -335,8 +321,7 @@ class CheckpointConfig(_Section):
 
     save_final: bool = F(True, "Hugging Face export of the trained policy into the run directory.")
     every_steps: int | None = F(None, "A checkpoint every N steps; 0: none; unset: by time (every_minutes).", ge=0)
-    every_minutes: float = F(10.0, "With every_steps unset: a checkpoint after the first step, then whenever this "
-                                   "long has passed since the last (a killed run loses at most this).", gt=0)
+    every_minutes: float = F(10.0, "every_steps unset: a checkpoint after step 1, then this often.", gt=0)
     keep: int = F(2, "The newest complete checkpoints kept.", ge=1)
     dir: str | None = F(None, "Unset: <run directory>/checkpoints.")
     resume: str = F("auto", "auto: continue this run's newest checkpoint; never: start anew; or a checkpoint path.")
