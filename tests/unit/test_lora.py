@@ -74,6 +74,20 @@ def test_merged_export_and_adapter_directory_reproduce_the_learner(trained, mode
     assert (_logprobs(adapted, batch, learner) - ours)[mask].abs().max() <= 1e-5
 
 
+def test_a_checkpoint_holds_the_adapters_and_their_optimizer_state_and_restores_them(trained, make_cfg, model_path,
+                                                                                      tmp_path):
+    learner, _ = trained
+    learner.save(str(tmp_path))
+    saved = torch.load(tmp_path / "torch_state.pt", weights_only=True)
+    assert saved["model"] and all(is_adapter(k) for k in saved["model"])  # the frozen base comes from model.path
+    fresh = components.learner(make_cfg(*LORA), model_path)
+    fresh.load(str(tmp_path))
+    ours, theirs = dict(fresh.backend.model.named_parameters()), dict(learner.backend.model.named_parameters())
+    assert all(torch.equal(ours[n], theirs[n]) for n in ours)
+    assert fresh.version == learner.version
+    assert str(fresh.backend.optimizer.state_dict()["state"]) == str(learner.backend.optimizer.state_dict()["state"])
+
+
 def test_target_modules_the_model_lacks_are_named(make_cfg, model_path):
     with pytest.raises(ValueError, match=r"lora.target_modules \['qkv_fused'\]"):
         components.learner(make_cfg(*LORA, "lora.target_modules=[qkv_fused]"), model_path)
@@ -101,6 +115,10 @@ def test_fsdp_trains_the_same_adapters_as_one_plain_rank(trained, make_cfg, mode
         learner.save(str(tmp_path / "checkpoint"))  # the exports from FSDP2's sharded tensors
         assert (tmp_path / "checkpoint" / ADAPTER_DIR / "adapter_config.json").is_file()
         assert (tmp_path / "checkpoint" / "config.json").is_file()
+        resumed = components.learner(make_cfg(*LORA, "learner.backend=fsdp"), model_path)
+        resumed.load(str(tmp_path / "checkpoint"))  # the adapters from DCP, the base from model.path
+        again = dict(resumed.named_full_weights())
+        assert all(torch.equal(again[n], ours[n]) for n in ours)
     finally:
         dist.destroy_process_group()
 

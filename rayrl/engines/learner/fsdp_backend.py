@@ -11,13 +11,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from rayrl.config import LearnerConfig
-from rayrl.engines.learner.schedule import make_optimizer, make_scheduler
+from rayrl.engines.learner.schedule import make_optimizer, make_scheduler, trained_only
 
 
 class FSDPBackend:
@@ -78,11 +78,13 @@ class FSDPBackend:
         return [(n, tuple(p.shape), p.dtype) for n, p in self.model.named_parameters()]
 
     def save(self, out: Path) -> None:
+        """What trains and its optimizer state (a frozen LoRA base comes from model.path)."""
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(out / "dcp"))
+        dcp.save({"model": trained_only(self.model, model_sd), "optim": optim_sd}, checkpoint_id=str(out / "dcp"))
 
     def load(self, out: Path) -> None:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        state = {"model": model_sd, "optim": optim_sd}
+        state = {"model": trained_only(self.model, model_sd), "optim": optim_sd}
         dcp.load(state, checkpoint_id=str(out / "dcp"))
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                       options=StateDictOptions(strict=False))

@@ -24,6 +24,25 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: LearnerConfig) -> torc
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, cfg))
 
 
+def trained_only(model: torch.nn.Module, state: dict) -> dict:
+    """A model state without the frozen parameters (LoRA's base): they come from model.path, not a checkpoint."""
+    return {k: v for k, v in state.items() if k not in _frozen(model)}
+
+
+def _frozen(model: torch.nn.Module) -> set[str]:
+    """Names of parameters that do not train, each name of a tied one (lm_head beside the embeddings) too."""
+    return {n for n, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+
+
+def load_trained(model: torch.nn.Module, state: dict) -> None:
+    """Load what trained_only kept; anything else missing, or anything unknown, is an error."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    frozen = _frozen(model)
+    if unexpected or set(missing) - frozen:
+        raise RuntimeError(f"checkpoint does not match the model: missing {sorted(set(missing) - frozen)[:5]}, "
+                           f"unexpected {sorted(unexpected)[:5]}")
+
+
 def make_optimizer(params, cfg: LearnerConfig) -> torch.optim.AdamW:
     """AdamW over the parameters that train (LoRA: the adapters only; the frozen base holds no state)."""
     params = [p for p in params if p.requires_grad]

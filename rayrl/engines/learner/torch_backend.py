@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from rayrl.config import LearnerConfig
-from rayrl.engines.learner.schedule import make_optimizer, make_scheduler
+from rayrl.engines.learner.schedule import load_trained, make_optimizer, make_scheduler, trained_only
 
 
 class TorchBackend:
@@ -44,9 +44,10 @@ class TorchBackend:
         return [(n, tuple(p.shape), p.dtype) for n, p in self.model.named_parameters()]
 
     def save(self, out: Path) -> None:
-        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, out / "torch_state.pt")
+        torch.save({"model": trained_only(self.model, self.model.state_dict()), "optimizer": self.optimizer.state_dict()},
+                   out / "torch_state.pt")
 
     def load(self, out: Path) -> None:
         state = torch.load(out / "torch_state.pt", weights_only=True)
-        self.model.load_state_dict(state["model"])
+        load_trained(self.model, state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
