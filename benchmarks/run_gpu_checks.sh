@@ -8,6 +8,8 @@
 #                                 agent: the calculator agent through the gateway on a vLLM worker (gpu_agent_check)
 #                                 mfu-variants: learner_mfu over RUNS (micro-batch and head chunk variants);
 #                                 baseline-0.5b: rollout_throughput and learner_mfu on async_vs_sync's 0.5B setting
+#                                 lora: LoRA against full fine-tuning on the 1.5B shape (sync bytes and time,
+#                                 learner memory; lora_sync; needs peft staged)
 #                                 weight-sync: sync.transport=ipc against a device copy of the same bytes (weight_sync)
 #                                 colocate: recipes/gsm8k_grpo_1gpu.yaml, 5 steps, vLLM and learner taking turns
 #                                 (random weights earn no reward: dynamic sampling would drop every group)
@@ -58,6 +60,7 @@ run_mode() {
   mfu) CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 ;;
   mfu-variants) CUDA_VISIBLE_DEVICES=0 step learner_mfu 400 python3 -m benchmarks.learner_mfu --commit "$commit" \
     --steps 3 --runs "${RUNS:-fsdp:packed:16384:compile,fsdp:packed:32768:compile:learner.logprob_chunk_tokens=8192}" ;;
+  lora) CUDA_VISIBLE_DEVICES=0 step lora_sync 580 python3 -m benchmarks.lora_sync --commit "$commit" ;;
   baseline-0.5b)  # async_vs_sync's one-GPU shape alone: raw vLLM at its memory share, the learner at its lengths
     CUDA_VISIBLE_DEVICES=0 step rollout_throughput 300 python3 -m benchmarks.rollout_throughput --commit "$commit" \
       --shape 0.5b --prompts 256 --max-tokens 128 --memory-share 0.3 --kv-cache-gb 8 --repeats 5
