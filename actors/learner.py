@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from datetime import timedelta
 
@@ -75,18 +74,19 @@ class LearnerWorker:
         logp = self.learner.compute_logprobs(batch)
         return [logp[i][batch.loss_mask[i] > 0].tolist() for i in range(logp.shape[0])]
 
-    def weight_plan(self, bucket_bytes: int) -> BucketPlan:
-        """The tensors in send order, in sync.dtype (or the learner's own)."""
+    def _on_the_wire(self, specs) -> list[TensorSpec]:
+        """(name, shape, dtype) as they travel: in sync.dtype, or the learner's own."""
         wire = self.cfg.sync.dtype
-        specs = [TensorSpec(n, shape, str(dtype).removeprefix("torch.") if wire == "learner" else wire)
-                 for n, shape, dtype in self.learner.weight_specs()]
-        return plan_buckets(specs, bucket_bytes)
+        return [TensorSpec(n, shape, str(dtype).removeprefix("torch.") if wire == "learner" else wire)
+                for n, shape, dtype in specs]
+
+    def weight_plan(self, bucket_bytes: int) -> BucketPlan:
+        """The tensors a sync sends, in send order."""
+        return plan_buckets(self._on_the_wire(self.learner.weight_specs()), bucket_bytes)
 
     def model_bytes(self) -> int:
         """A sync of every weight, in bytes on the wire (with LoRA a sync sends far less)."""
-        wire = self.cfg.sync.dtype
-        return sum(math.prod(shape) * (dtype if wire == "learner" else getattr(torch, wire)).itemsize
-                   for _, shape, dtype in self.learner.backend.weight_specs())
+        return sum(s.nbytes for s in self._on_the_wire(self.learner.backend.weight_specs()))
 
     def init_weight_sync(self, group_info: GroupInfo) -> None:
         self.transport = resolve(WEIGHT_TRANSPORTS, self.cfg.sync.transport, "sync.transport")()

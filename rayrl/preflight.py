@@ -1,8 +1,8 @@
 """What can be checked before Ray starts is checked before Ray starts: the reward function imports and takes
 (sample, task), the workflow class and agent function import, the files and directories the config names, the
 task's data (the file parses, has its fields and answers, leaves problems to train on), one sequence fits a
-micro-batch, LoRA's target modules exist in the model, the cluster at scheduler.address answers. Each failure is a ConfigError naming the key or the file
-and line, the value, and what is expected."""
+micro-batch, LoRA's target modules exist in the model, the cluster at scheduler.address answers. Each failure is
+a ConfigError naming the key or the file and line, the value, and what is expected."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pathlib import Path
 from rayrl.config import Config, ConfigError
 from rayrl.data import PromptTemplate, load_tasks
 from rayrl.imports import load_object
-from rayrl.models.lora import linear_names, missing_targets
+from rayrl.models.demo import qwen2_config
+from rayrl.models.lora import check_targets
 from rayrl.models.tokenizer import build_char_tokenizer, build_chat_tokenizer, load_tokenizer
 from rayrl.rewards.registry import load_reward_fn
 from rayrl.types import Task
@@ -96,26 +97,23 @@ def check_micro_batch(cfg: Config, tasks: list[Task]) -> None:
 
 
 def check_lora(cfg: Config) -> None:
-    """lora.target_modules name linear layers of the model (its skeleton, built without weights)."""
+    """PEFT is installed and lora.target_modules name linear layers of the model (its skeleton, no weights)."""
     if not cfg.lora.enabled:
         return
-    try:
-        import peft  # noqa: F401
-    except ImportError:
-        raise ConfigError("lora.enabled=true needs PEFT: pip install 'rayrl[lora]'") from None
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, Qwen2Config
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    path = cfg.model.path
-    config = AutoConfig.from_pretrained(str(Path(path).expanduser())) if path else Qwen2Config(
-        hidden_size=cfg.demo.hidden_size, intermediate_size=cfg.demo.intermediate_size, num_hidden_layers=1,
-        num_attention_heads=cfg.demo.num_heads, num_key_value_heads=cfg.demo.num_kv_heads, head_dim=cfg.demo.head_dim)
+    if cfg.model.path:
+        config = AutoConfig.from_pretrained(str(Path(cfg.model.path).expanduser()))
+    else:  # the demo model's architecture, as it will be built
+        tokenizer = build_char_tokenizer() if cfg.data.task == "arithmetic" else build_chat_tokenizer()
+        config = qwen2_config(cfg.demo, len(tokenizer), tokenizer)
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
-    missing = missing_targets(skeleton, cfg.lora.target_modules)
-    if missing:
-        raise ConfigError(f"lora.target_modules {missing} name no linear layer of {type(skeleton).__name__}; "
-                          f"it has {sorted(linear_names(skeleton) - {'lm_head'})}")
+    try:
+        check_targets(skeleton, cfg.lora.target_modules)
+    except (ImportError, ValueError) as err:
+        raise ConfigError(str(err)) from None
 
 
 def check_address(cfg: Config) -> None:

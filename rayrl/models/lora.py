@@ -20,25 +20,26 @@ def linear_names(model: nn.Module) -> set[str]:
     return {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)}
 
 
-def missing_targets(model: nn.Module, targets: list[str]) -> list[str]:
-    """The target module names no linear layer of the model has."""
+def check_targets(model: nn.Module, targets: list[str]) -> None:
+    """PEFT is installed and every target module names linear layers of the model (a skeleton will do)."""
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        raise ImportError("lora.enabled=true needs PEFT: pip install 'rayrl[lora]'") from None
     names = linear_names(model)
-    return [t for t in targets if t not in names]
+    missing = [t for t in targets if t not in names]
+    if missing:
+        raise ValueError(f"lora.target_modules {missing} name no linear layer of {type(model).__name__}; "
+                         f"it has {sorted(names - {'lm_head'})}")
 
 
 def add_adapters(model: nn.Module, section: LoraConfig) -> nn.Module:
     """The model wrapped by PEFT with fresh adapters on section.target_modules (B = 0: the base's outputs);
     everything else frozen."""
-    try:
-        from peft import LoraConfig as PeftLoraConfig
-        from peft import get_peft_model
-    except ImportError as err:
-        raise ImportError("lora.enabled=true needs PEFT: pip install 'rayrl[lora]'") from err
+    check_targets(model, section.target_modules)
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
 
-    missing = missing_targets(model, section.target_modules)
-    if missing:
-        raise ValueError(f"lora.target_modules {missing} name no linear layer of {type(model).__name__}; "
-                         f"it has {sorted(linear_names(model) - {'lm_head'})}")
     peft_config = PeftLoraConfig(r=section.rank, lora_alpha=section.alpha, lora_dropout=section.dropout,
                                  target_modules=list(section.target_modules), bias="none", task_type="CAUSAL_LM")
     return get_peft_model(model, peft_config)

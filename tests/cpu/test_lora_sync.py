@@ -8,6 +8,7 @@ import ray
 
 from rayrl.data import load_tasks
 from rayrl.driver import ActorSystem
+from rayrl.models.lora import is_adapter
 
 
 @pytest.mark.parametrize("engine", [["rollout.engine=hf"], ["rollout.engine=vllm", "vllm.enforce_eager=true",
@@ -29,13 +30,13 @@ def test_lora_sync_carries_only_the_adapters_and_the_engine_samples_with_them(ra
                       for a, b in zip(la, g.logprobs))
             return gap, groups
 
-        full = ray.get(learner.weight_plan.remote(1 << 30))  # the adapters only: what every sync sends
+        plan = ray.get(learner.weight_plan.remote(1 << 30))  # what every sync sends: the adapters only
         for step in (1, 2):
             gap, groups = worst_gap()
             assert gap <= 1e-5, f"version {step - 1}: max |rollout - learner| log-prob = {gap}"
             s.learners.train([[reward.score.remote(g)] for g in groups])
             synced = ray.get(s.broadcaster.sync.remote())
-            assert synced.n_bytes == full.n_bytes and all(".lora_" in sp.name for b in full.buckets for sp in b)
+            assert synced.n_bytes == plan.n_bytes and all(is_adapter(sp.name) for b in plan.buckets for sp in b)
         gap, groups = worst_gap()
         assert gap <= 1e-5
         s.learners.train([[reward.score.remote(g)] for g in groups])  # a step, no sync
