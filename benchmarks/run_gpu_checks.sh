@@ -12,7 +12,8 @@
 #                                 learner memory; lora_sync; needs peft staged)
 #                                 weight-sync: sync.transport=ipc against a device copy of the same bytes (weight_sync)
 #                                 colocate: recipes/gsm8k_grpo_1gpu.yaml, 5 steps, vLLM and learner taking turns
-#                                 (random weights earn no reward: dynamic sampling would drop every group)
+#                                 (random weights earn no reward: dynamic sampling would drop every group);
+#                                 colocate-lora: the same with recipes/gsm8k_grpo_1gpu_lora.yaml (needs peft staged)
 #                                 bitwise-test: tests/gpu/test_bitwise_gpu.py (vLLM batch-invariant, learner log-probs equal)
 #                                 bitwise: benchmarks/bitwise.py (that check, then the recipe normal vs bitwise)
 #                                 async: async_vs_sync --gpus 1, η = 0,1,2,4 once (vLLM and FSDP2 sharing the GPU);
@@ -83,13 +84,14 @@ run_mode() {
     CUDA_VISIBLE_DEVICES=0 step vs_trl_gpu 590 python3 -m benchmarks.vs_trl --gpus 1 --commit "$commit" --repeats 1 \
       --steps 8 --warmup 2 --etas "${ETAS:-0,4}" "${order[@]}" metrics.run_dir=/tmp/vs-trl-runs
     ;;
-  colocate)
+  colocate|colocate-lora)
     fixtures
-    CUDA_VISIBLE_DEVICES=0 step gsm8k_1gpu 480 python3 -m benchmarks.recipe_run --commit "$commit" \
-      --config recipes/gsm8k_grpo_1gpu.yaml model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=5 \
+    recipe=recipes/gsm8k_grpo_1gpu.yaml; [ "$1" = colocate-lora ] && recipe=recipes/gsm8k_grpo_1gpu_lora.yaml
+    CUDA_VISIBLE_DEVICES=0 step "gsm8k_1gpu${1#colocate}" 480 python3 -m benchmarks.recipe_run --commit "$commit" \
+      --config "$recipe" model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=5 \
       learner.lr_warmup_steps=0 rollout.batch_size=16 data.eval_size=32 vllm.enforce_eager=true \
       algorithm.dynamic_sampling=false \
-      scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name=gsm8k-1gpu metrics.progress=false
+      scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name="gsm8k-1gpu${1#colocate}" metrics.progress=false
     ;;
   two-gpu)
     step gpu_rollout_check 330 python3 -m benchmarks.gpu_rollout_check --commit "$commit"

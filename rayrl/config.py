@@ -250,6 +250,7 @@ class LoraConfig(_Section):
     dropout: float = F(0.0, "Dropout on the adapters' input, in training.", ge=0, lt=1)
     target_modules: list[str] = F(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                                   "Linear layers that get an adapter, by module name.", min_length=1)
+    base_dtype: Literal["float32", "bfloat16"] = F("float32", "The learner's frozen base; adapters and Adam stay fp32.")
 
 
 ALGORITHM_ALIASES = {"DR-GRPO": "dr_grpo", "DR_GRPO": "dr_grpo", "REINFORCE++": "reinforce_pp"}

@@ -136,10 +136,17 @@ def lora_rank_fits_vllm(c: Config) -> str | None:
     return None
 
 
+def lora_keeps_the_base_asleep(c: Config) -> str | None:
+    if c.lora.enabled and c.rollout.engine == "vllm" and c.placement.mode == "colocate" and c.placement.sleep_level == 2:
+        return ("lora.enabled=true with placement.mode=colocate needs placement.sleep_level=1: level 2 frees vLLM's "
+                "base weights and a LoRA sync carries only the adapters")
+    return None
+
+
 RULES = (nccl_needs_gpus_and_vllm, group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
          openai_agent_needs_fn, colocate_is_synchronous, ipc_needs_a_shared_gpu, share_needs_ipc, share_memory_fits,
          ipc_needs_one_rollout_worker, offload_optimizer_is_not_deepspeed, tensor_parallel_needs_vllm_gpus,
-         bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm)
+         bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm, lora_keeps_the_base_asleep)
 
 
 def check_rules(c: Config) -> None:

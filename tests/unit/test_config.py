@@ -103,6 +103,8 @@ def test_a_section_given_a_value_is_named():
         load_config(None, ["algorithm=ppo"])
 
 
+_COLOCATED_LORA = ["lora.enabled=true", "rollout.engine=vllm", "placement.mode=colocate", "rollout.max_staleness=0",
+                   "cluster.n_gpus_per_node=1", "sync.transport=ipc"]
 # each rule across sections: overrides that break it, and the same with the fix that makes it hold
 RULE_CASES = {
     "nccl_needs_gpus_and_vllm": (["sync.transport=nccl"], ["sync.transport=gloo"]),
@@ -137,6 +139,7 @@ RULE_CASES = {
     "lora_rank_fits_vllm": (["lora.enabled=true", "rollout.engine=vllm", "lora.rank=1024"],
                             ["lora.enabled=true", "rollout.engine=vllm", "lora.rank=512"]),
     "lora_has_a_path": (["lora.enabled=true", "learner.backend=deepspeed"], ["lora.enabled=true", "learner.backend=fsdp"]),
+    "lora_keeps_the_base_asleep": (_COLOCATED_LORA, [*_COLOCATED_LORA, "placement.sleep_level=1"]),
 }
 
 

@@ -150,3 +150,33 @@ def test_a_rank_16_sync_is_under_2_percent_of_a_full_one_on_the_1_5b_shape():
 def test_a_rank_16_sync_is_under_2_percent_of_a_full_one_on_the_arithmetic_model(model_path):
     model, _ = load_policy(model_path)
     assert _sync_share(model, 16) <= 0.02
+
+
+@pytest.mark.parametrize("backend", ["torch", "fsdp"])
+def test_a_bf16_base_trains_fp32_adapters(trained, make_cfg, model_path, random_groups, tmp_path, backend):
+    import torch.distributed as dist
+
+    plain, _ = trained
+    if backend == "fsdp":
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        learner = components.learner(make_cfg(*LORA, "lora.base_dtype=bfloat16", f"learner.backend={backend}"),
+                                     model_path)
+        for seed in (0, 1):
+            stats = learner.train_step(collate(random_groups(4, 4, seed), learner.tokenizer.pad_token_id))
+        params = dict(learner.backend.model.named_parameters())
+        assert {p.dtype for n, p in params.items() if not is_adapter(n)} == {torch.bfloat16}
+        assert {p.dtype for n, p in params.items() if is_adapter(n)} == {torch.float32}
+        state = learner.backend.optimizer.state_dict()["state"]
+        assert state and {s["exp_avg"].dtype for s in state.values()} == {torch.float32}
+        ours, theirs = dict(learner.named_full_weights()), dict(plain.named_full_weights())
+        assert ours.keys() == theirs.keys() and all(t.dtype == torch.float32 for t in ours.values())
+        # the same direction as over the fp32 base (Adam's first steps are about lr · sign(gradient), so the
+        # gradients' small entries, which bf16's rounding flips, move as far as the large ones)
+        b = [n for n in ours if "lora_B" in n]
+        ours_b, theirs_b = torch.cat([ours[n].flatten() for n in b]), torch.cat([theirs[n].flatten() for n in b])
+        cosine = torch.nn.functional.cosine_similarity(ours_b, theirs_b, dim=0).item()
+        assert cosine >= 0.9, (cosine, stats)
+    finally:
+        if backend == "fsdp":
+            dist.destroy_process_group()

@@ -87,7 +87,8 @@ class Learner:
         self.hf_config = model.config
         self.lora = setup.lora
         if self.lora is not None:  # the reference for KL is then this model with its adapters off
-            model = add_adapters(model, self.lora)
+            # a bf16 base halves its memory; PEFT keeps the adapters it adds to it in fp32
+            model = add_adapters(model.to(getattr(torch, self.lora.base_dtype)), self.lora)
         ref = policy()[0].eval().requires_grad_(False) if alg.beta > 0 and self.lora is None else None
         backend_cls = resolve(LEARNER_BACKENDS, lc.backend, "learner.backend")
         if self.device.type == "cuda" and lc.gpu_memory_fraction is not None:  # colocate, share: the rest is the engine's
