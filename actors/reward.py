@@ -1,6 +1,7 @@
 """RewardActor: scores groups on CPU with timeouts; failures become counted zero rewards. Calls from
 several rollout episodes are served at once (threads; the trainer sets max_concurrency), so a step's
-last groups do not queue behind each other."""
+last groups do not queue behind each other. With a reward model (reward.model), the samples of every group
+in a call go to a RewardModelActor in one request and its scores are combined with the rule's."""
 
 from __future__ import annotations
 
@@ -10,33 +11,62 @@ import ray
 
 from rayrl.config import Config
 from rayrl.metrics import RayMetrics
+from rayrl.rewards import combine
 from rayrl.rewards.registry import load_reward_fn
 from rayrl.rewards.scoring import FAILURES, GroupScorer
 from rayrl.types import TrajectoryGroup
 
 DESCRIPTIONS = {"ok": "samples scored", "error": "reward function raised", "timeout": "reward function timed out",
-                "non_finite": "reward function returned NaN or inf", "wrong_type": "reward function returned a non-number"}
+                "non_finite": "reward function returned NaN or inf", "wrong_type": "reward function returned a non-number",
+                "unparsable": "reward model verdicts that did not parse", "model_timeout": "reward model timed out",
+                "model_error": "reward model failed"}
 
 
 @ray.remote(num_cpus=0)
 class RewardActor:
-    def __init__(self, cfg: Config, index: int = 0, search_path: list[str] | None = None) -> None:
-        """search_path: where reward.fn's module may live besides sys.path (the driver's working directory)."""
+    def __init__(self, cfg: Config, index: int = 0, search_path: list[str] | None = None,
+                 reward_model=None) -> None:
+        """search_path: where reward.fn's module may live besides sys.path (the driver's working directory).
+        reward_model: the RewardModelActor this actor asks (reward.model.kind other than none)."""
         r = cfg.reward
-        self.scorer = GroupScorer(load_reward_fn(r.fn, search_path), r.timeout_s, r.max_threads, r.failure_window)
+        self.section, self.reward_model = r.model, reward_model
+        self.scorer = GroupScorer(load_reward_fn(r.fn, search_path), r.timeout_s, r.max_threads, r.failure_window,
+                                  undecided_ok=r.model.combine == "fallback")
         self.metrics = RayMetrics("reward", f"reward-{index}",
                                   {f"reward_{k}_total": DESCRIPTIONS[k] for k in ("ok", *FAILURES)})
+        self.calls = 0
 
     def score(self, group: TrajectoryGroup) -> TrajectoryGroup:
-        scored = self.scorer.score(group)
-        for status, n in Counter(s.reward_status for s in scored.samples).items():
-            self.metrics.inc(f"reward_{status}_total", n)
-        return scored
+        return self.score_many([group])[0]
 
     def score_many(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
-        """Several groups in one call (a rollout worker's groups that finished together)."""
-        return [self.score(g) for g in groups]
+        """Several groups in one call (a rollout worker's groups that finished together); with a reward model,
+        their samples in one request to it."""
+        self.calls += 1
+        groups = [self.scorer.score(g, count=False) for g in groups]
+        if self.reward_model is not None:
+            self._ask_model(groups)
+        for g in groups:
+            self.scorer.record(g)
+            for status, n in Counter(s.reward_status for s in g.samples).items():
+                if status in DESCRIPTIONS:
+                    self.metrics.inc(f"reward_{status}_total", n)
+        return groups
+
+    def _ask_model(self, groups: list[TrajectoryGroup]) -> None:
+        """A model that times out or dies leaves its samples unscored with the reason (never a hang)."""
+        requests = combine.requests_for(groups, self.section)
+        if not requests:
+            return
+        try:
+            scores = ray.get(self.reward_model.score.remote(requests), timeout=self.section.timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            scores = combine.failed(f"model_timeout: no scores within reward.model.timeout_s="
+                                    f"{self.section.timeout_s}s", len(requests))
+        except Exception as err:  # noqa: BLE001 - a dead actor or the engine's error: counted, never a crash
+            scores = combine.failed(f"model_error: {type(err).__name__}: {str(err)[:200]}", len(requests))
+        combine.apply(groups, scores, self.section)
 
     def stats(self) -> dict:
-        """Counts by status, the recent window's failures, the first messages of each failure reason."""
-        return self.scorer.stats()
+        """Counts by status, the recent window's failures, the first messages of each failure reason, calls."""
+        return {**self.scorer.stats(), "calls": self.calls}

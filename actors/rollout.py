@@ -17,6 +17,7 @@ from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.device_memory import device_used_gb
 from rayrl.metrics import RayMetrics
+from rayrl.rewards.combine import MODEL_FAILURES
 from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
 from rayrl.workflows.base import EpisodeEngine, Sampling, request_seed
 
@@ -50,7 +51,7 @@ class RolloutWorker:
         r = cfg.rollout
         max_context = self.engine.max_context or 1 << 30
         common = dict(template=template, max_context=max_context, gateway=gateway, gateway_url=gateway_url, worker=index)
-        self.train_engine = EpisodeEngine(self.generate, self._score,
+        self.train_engine = EpisodeEngine(self.generate, self._score_to_train,
                                           sampling=Sampling(r.group_size, r.temperature, r.max_new_tokens, r.seed,
                                                             r.ignore_eos), **common)
         self.eval_common = common
@@ -85,6 +86,14 @@ class RolloutWorker:
             return await score(group)
         except ray.exceptions.RayError as err:
             raise RewardUnavailable(str(err)) from err
+
+    async def _score_to_train(self, group: TrajectoryGroup) -> TrajectoryGroup:
+        """A group with a sample the reward model could not score is never trained on: it counts as failed."""
+        group = await self._score(group)
+        missing = [s.reward_reason for s in group.samples if s.reward_status in MODEL_FAILURES]
+        if missing:
+            raise RewardUnavailable(f"{len(missing)} samples without a reward model score; first: {missing[0]}")
+        return group
 
     @ray.method(concurrency_group="gen")
     async def generate_groups(self, tasks: list[Task], n: int, temperature: float) -> list[TrajectoryGroup]:

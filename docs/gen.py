@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 import typing
+
+from pydantic import BaseModel
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
@@ -43,11 +45,21 @@ def configuration_md() -> str:
     for name, section in SECTIONS.items():
         out += [f"## `{name}`", "", (section.__doc__ or "").strip(), "", "| key | type | default | what it does |",
                 "|---|---|---|---|"]
-        for key, field in section.model_fields.items():
-            desc = (field.description or "").replace("|", "\\|")
-            out.append(f"| `{name}.{key}` | {_type(field.annotation)} | {_default(field.default)} | {desc} |")
+        out += _rows(name, section)
         out.append("")
     return "\n".join(out)
+
+
+def _rows(prefix: str, section) -> list[str]:
+    """A row per key; a nested section's keys follow under its own prefix."""
+    rows = []
+    for key, field in section.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            rows += _rows(f"{prefix}.{key}", field.annotation)
+            continue
+        desc = (field.description or "").replace("|", "\\|")
+        rows.append(f"| `{prefix}.{key}` | {_type(field.annotation)} | {_default(field.default)} | {desc} |")
+    return rows
 
 
 def _cell(v) -> str:

@@ -5,7 +5,8 @@ split:    one bundle per rollout worker (tensor_parallel_size bundles for a vLLM
 colocate: rollout worker i and learner rank i share bundle i (each takes half of it, and on a GPU they
           take turns: the trainer puts the rollout engine to sleep while the learner trains).
 share:    the same bundles as colocate, but both run at once (asynchronous RL on one device).
-The service bundle holds the reward actors, buffer and broadcaster. With algorithm.type=ppo, critic rank
+The service bundle holds the reward actors, buffer and broadcaster; reward model actors (reward.model) get
+bundles of their own or grow the rollout workers' (reward.model.placement). With algorithm.type=ppo, critic rank
 i shares learner rank i's bundle: each takes half of the learner's share.
 A vLLM worker with TP > 1 holds no GPU itself: vLLM's Ray executor places its TP workers on the
 worker's bundles (VLLM_RAY_BUNDLE_INDICES), inside this placement group.
@@ -62,14 +63,33 @@ class PlacementPlan:
             self.slots["critic"] = self.slots["learner"]
             for k in (self.share, self.gpus):
                 k["learner"] = k["critic"] = k["learner"] / 2
+        self.bundles = [dict(b) for b in self.bundles]
+        if cfg.reward.model.kind != "none":
+            self._reward_models(cfg, gpu)
         self.slots["service"] = [len(self.bundles)]
-        self.bundles = [dict(b) for b in self.bundles] + [{"CPU": p.service_cpus}]
+        self.bundles.append({"CPU": p.service_cpus})
         self.labels: list[dict[str, str]] = [{} for _ in self.bundles]
         for role, labels in (("rollout", p.rollout_node_labels), ("learner", p.learner_node_labels)):
             for first in self.slots[role]:
                 for b in range(first, first + (self.tp if role == "rollout" else 1)):
                     self.labels[b] = self.labels[b] | labels  # colocated bundles need both roles' labels
         self.group = None
+
+    def _reward_models(self, cfg: Config, gpu: float) -> None:
+        """reward.model.placement=own: a bundle per reward model actor; rollout: actor i inside rollout worker i's
+        bundle, which grows by its CPUs and hands it reward.model.gpu_fraction of the worker's GPU share."""
+        m = cfg.reward.model
+        gpus = m.gpu_fraction if gpu else 0.0
+        self.share["reward_model"], self.gpus["reward_model"] = m.cpus, gpus
+        if m.placement == "own":
+            first = len(self.bundles)
+            self.bundles += [_bundle(m.cpus, gpus) for _ in range(m.num_actors)]
+            self.slots["reward_model"] = list(range(first, first + m.num_actors))
+            return
+        self.slots["reward_model"] = self.slots["rollout"][:m.num_actors]
+        self.gpus["rollout"] -= gpus
+        for b in self.slots["reward_model"]:
+            self.bundles[b]["CPU"] += m.cpus
 
     @property
     def total_cpus(self) -> int:

@@ -51,6 +51,35 @@ def workflow(cfg: Config, search_path: list[str] | None = None):
     return cls(cfg.agent)
 
 
+def reward_model(cfg: Config, model_path: str, num_threads: int = 1, search_path: list[str] | None = None):
+    """reward.model.kind's model: a judge on its own rollout engine (hf or vllm, never in a weight sync) or a
+    scorer."""
+    m = cfg.reward.model
+    if m.kind == "scorer":
+        from rayrl.engines.reward.scorer import SequenceScorer
+
+        return SequenceScorer(model_path, m, cfg.on_gpu, num_threads)
+    from rayrl.engines.reward.judge import Judge
+    from rayrl.models.tokenizer import load_tokenizer
+
+    section = getattr(cfg, m.engine)
+    if m.engine == "vllm":
+        section = section.model_copy(update={"gpu_memory_utilization": m.gpu_memory_utilization,
+                                             "tensor_parallel_size": 1})
+    setup = EngineSetup(transport="gloo", on_gpu=cfg.on_gpu, seed=cfg.learner.seed, request_timeout_s=m.timeout_s,
+                        bitwise=False, sleeps=False, num_threads=num_threads)
+    tokenizer = load_tokenizer(model_path)
+    engine = resolve(ROLLOUT_ENGINES, m.engine, "reward.model.engine")(model_path, section, setup, tokenizer)
+    return Judge(m, engine, tokenizer, search_path)
+
+
+def reward_model_path(cfg: Config) -> Path:
+    """reward.model.path, or the demo judge or scorer built for the arithmetic task."""
+    from rayrl.models.demo_judge import build_reward_model
+
+    return build_reward_model(cfg.reward.model, cfg.demo, cfg.data)
+
+
 def demo_model(cfg: Config) -> Path:
     """model.path, or the demo model built for data.task from demo.*."""
     from rayrl.models.demo import build_model

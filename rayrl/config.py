@@ -80,6 +80,8 @@ class DemoConfig(_Section):
     warmup_steps: int = F(230, "Supervised warm-up steps on the task before RL.", ge=0)
     warmup_batch_size: int = F(64, "Warm-up batch size.", ge=1)
     warmup_lr: float = F(2e-4, "Warm-up learning rate.", gt=0)
+    judge_warmup_steps: int = F(2500, "Supervised steps of the demo judge or scorer on synthetic verdicts.", ge=0)
+    judge_warmup_lr: float = F(3e-4, "Their learning rate (1e-3 stalled at 0.7 of held-out verdicts right).", gt=0)
     seed: int = F(0, "Initialisation and warm-up seed.")
     cache_dir: str = F("~/.cache/rayrl/models", "Built models are cached here by a hash of their settings.")
 
@@ -105,10 +107,40 @@ class DataConfig(_Section):
         return self
 
 
+class RewardModelConfig(_Section):
+    """A reward model beside the rule (reward.fn): a generative judge or a sequence-classification scorer, in
+    actors of its own, frozen, batching the samples of many groups into one engine call."""
+
+    kind: Literal["none", "judge", "scorer"] = F("none", "judge: a verdict generated and parsed; scorer: a scalar head.")
+    path: str | None = F(None, "A local Hugging Face model; unset: the demo judge or scorer built for data.task.")
+    engine: Literal["hf", "vllm"] = F("hf", "The judge's engine (its settings from the hf or vllm section).")
+    template: str = F("Question: {prompt}\nReference: {reference}\nAnswer: {answer}\nCorrect?", "The model's input; "
+                      "{answer} required, {prompt} and {reference} (the task's answer) optional.")
+    chat_template: bool = F(False, "Wrap the rendered template as a user turn in the tokenizer's chat template.")
+    parser: str = F("rayrl.rewards.verdicts:yes_probability", "'module:function' of (verdict sample) -> float; "
+                    "raising ValueError makes the sample unparsable.")
+    votes: int = F(1, "Judge samples per answer; the score is their mean.", ge=1)
+    temperature: float = F(0.0, "The judge's sampling temperature; 0 is greedy.", ge=0)
+    max_new_tokens: int = F(1, "The verdict's length.", ge=1)
+    combine: Literal["only", "sum", "fallback"] = F("sum", "only: reward = weight · score (the rule only measures); "
+                                                    "sum: rule + weight · score; fallback: the model where the rule "
+                                                    "returns None.")
+    weight: float = F(1.0, "The model score's weight in the reward.")
+    num_actors: int = F(1, "Reward model actors.", ge=1)
+    placement: Literal["own", "rollout"] = F("own", "own: bundles of their own; rollout: inside rollout worker i's.")
+    cpus: float = F(1.0, "CPUs per reward model actor; its torch threads on CPU.", gt=0)
+    gpu_fraction: float = F(1.0, "On GPUs: own: GPUs per actor; rollout: the share taken from the worker's GPU.",
+                            gt=0, le=1)
+    gpu_memory_utilization: float = F(0.2, "A vLLM judge's share of its GPU's memory.", gt=0, lt=1)
+    timeout_s: float = F(60.0, "Per reward actor call; past it the samples are counted model_timeout.", gt=0)
+    max_restarts: int = F(3, "A dead reward model actor is restarted; its calls are retried.", ge=0)
+
+
 class RewardConfig(_Section):
     """The reward function and the actors that call it."""
 
     fn: str = F("rayrl.rewards.arithmetic:exact_match", "'module:function' of (sample, task): float or RewardResult.")
+    model: RewardModelConfig = RewardModelConfig()
     num_actors: int = F(1, "Reward actors.", ge=1)
     timeout_s: float = F(5.0, "Per call, from its start; a call past it is abandoned and counted.", gt=0)
     max_threads: int = F(4, "Reward calls running at once per reward actor.", ge=1)

@@ -143,10 +143,50 @@ def lora_keeps_the_base_asleep(c: Config) -> str | None:
     return None
 
 
+def reward_model_template_shows_the_answer(c: Config) -> str | None:
+    m = c.reward.model
+    if m.kind != "none" and "{answer}" not in m.template:
+        return (f"reward.model.template {m.template!r} has no {{answer}} placeholder: the model would never see the "
+                "sample; use {prompt}, {answer} and {reference}")
+    return None
+
+
+def judge_votes_need_sampling(c: Config) -> str | None:
+    m = c.reward.model
+    if m.kind == "judge" and m.votes > 1 and m.temperature == 0:
+        return (f"reward.model.votes={m.votes} at reward.model.temperature=0 are {m.votes} identical greedy verdicts; "
+                "set reward.model.temperature above 0 or votes=1")
+    return None
+
+
+def reward_model_fits_beside_rollout(c: Config) -> str | None:
+    """placement=rollout: actor i in rollout worker i's bundle, within that worker's GPU and memory share."""
+    m = c.reward.model
+    if m.kind == "none" or m.placement != "rollout":
+        return None
+    if m.num_actors > c.rollout.num_workers:
+        return (f"reward.model.num_actors={m.num_actors} with reward.model.placement=rollout needs as many rollout "
+                f"workers (rollout.num_workers={c.rollout.num_workers}); lower it or use placement=own")
+    if not c.on_gpu:
+        return None
+    share = 1.0 if c.placement.mode == "split" else 0.5
+    if m.gpu_fraction >= share:
+        return (f"reward.model.gpu_fraction={m.gpu_fraction} leaves the rollout worker no GPU (its share is {share}); "
+                "lower it")
+    used = c.vllm.gpu_memory_utilization + (m.gpu_memory_utilization if m.engine == "vllm" and m.kind == "judge" else 0)
+    if c.placement.mode != "split":
+        used += c.learner.gpu_memory_fraction or 0.0
+    if c.rollout.engine == "vllm" and used > 1.0:
+        return (f"vllm.gpu_memory_utilization + reward.model.gpu_memory_utilization (+ learner.gpu_memory_fraction "
+                f"on a shared GPU) is {used:.2f}, above 1; lower them")
+    return None
+
+
 RULES = (nccl_needs_gpus_and_vllm, group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
          openai_agent_needs_fn, colocate_is_synchronous, ipc_needs_a_shared_gpu, share_needs_ipc, share_memory_fits,
          ipc_needs_one_rollout_worker, offload_optimizer_is_not_deepspeed, tensor_parallel_needs_vllm_gpus,
-         bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm, lora_keeps_the_base_asleep)
+         bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm, lora_keeps_the_base_asleep,
+         reward_model_template_shows_the_answer, judge_votes_need_sampling, reward_model_fits_beside_rollout)
 
 
 def check_rules(c: Config) -> None:

@@ -1,7 +1,7 @@
 """What can be checked before Ray starts is checked before Ray starts: the reward function imports and takes
 (sample, task), the workflow class and agent function import, the files and directories the config names, the
 task's data (the file parses, has its fields and answers, leaves problems to train on), one sequence fits a
-micro-batch, LoRA's target modules exist in the model, the cluster at scheduler.address answers. Each failure is
+micro-batch, LoRA's target modules exist in the model, a reward model's parser and path, the cluster at scheduler.address answers. Each failure is
 a ConfigError naming the key or the file and line, the value, and what is expected."""
 
 from __future__ import annotations
@@ -116,6 +116,24 @@ def check_lora(cfg: Config) -> None:
         raise ConfigError(str(err)) from None
 
 
+def check_reward_model(cfg: Config) -> None:
+    """reward.model: its parser imports (judge), its path is a model directory or the demo can build one."""
+    m = cfg.reward.model
+    if m.kind == "none":
+        return
+    if m.kind == "judge":
+        try:
+            load_object(m.parser, "reward.model.parser", [os.getcwd()], "function")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    if m.path is not None and not (Path(m.path).expanduser() / "config.json").is_file():
+        raise ConfigError(f"reward.model.path '{m.path}' is not a Hugging Face model directory (no config.json); "
+                          f"expected a local directory, or leave it unset to build the demo {m.kind}")
+    if m.path is None and cfg.data.task != "arithmetic":
+        raise ConfigError(f"reward.model.path is unset and data.task={cfg.data.task}: the demo {m.kind} is built "
+                          "for data.task=arithmetic only; give reward.model.path")
+
+
 def check_address(cfg: Config) -> None:
     """scheduler.type=ray with host:port: a TCP connection to the GCS within scheduler.connect_timeout_s."""
     s = cfg.scheduler
@@ -139,5 +157,6 @@ def preflight(cfg: Config) -> tuple[list[Task], list[Task]]:
     tasks = check_data(cfg)
     check_micro_batch(cfg, [*tasks[0], *tasks[1]])
     check_lora(cfg)
+    check_reward_model(cfg)
     check_address(cfg)
     return tasks

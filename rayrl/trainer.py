@@ -82,6 +82,11 @@ class Trainer:
             "max_staleness": cfg.rollout.max_staleness, "weight_sync": system.weight_sync,
             "nodes": system.placement.nodes(), "run_dir": str(self.run_dir.path), "model_path": system.model_path,
         }
+        if system.reward_models:
+            usage = run.watch.usage()
+            summary["reward_model"] = {**usage, "path": system.reward_model_path, "agreement": run.agreements,
+                                       "engine_calls_per_step": usage["engine_calls"] / n,
+                                       "reward_calls_per_step": usage["reward_calls"] / n}
         self.run_dir.write_json("summary.json", summary)
         run.reporter.close(summary)
         return summary

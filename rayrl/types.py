@@ -41,10 +41,27 @@ class Sample(msgspec.Struct):
     reward: float = 0.0
     reward_status: str = "pending"  # "ok", or why not: "error", "timeout", "non_finite", "wrong_type"
     reward_reason: str = ""
+    rule_reward: float | None = None  # with a reward model: the rule's own reward (held-out accuracy counts it)
+    model_score: float | None = None  # with a reward model: its score of this sample
     # multi-turn episodes: 1 where the policy sampled the completion token, 0 on tokens the environment
     # appended (tool results, chat markup); None: every completion token is the policy's
     loss_mask: list[int] | None = None
     turns: int = 1  # assistant turns in the episode
+
+
+class ScoreRequest(msgspec.Struct, frozen=True):
+    """What a reward model sees of one sample: the task's prompt, the sample's answer, the task's reference."""
+
+    prompt: str
+    answer: str
+    reference: str = ""
+
+
+class ModelScore(msgspec.Struct, frozen=True):
+    """A reward model's score of one sample, or None with the failure's reason ("unparsable: ...")."""
+
+    score: float | None
+    reason: str = ""
 
 
 class TrajectoryGroup(msgspec.Struct):

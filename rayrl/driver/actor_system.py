@@ -15,10 +15,10 @@ import os
 
 import ray
 
-from rayrl.actors import (CriticGroup, Gateway, LearnerGroup, RewardActor, RolloutWorker, TrajectoryBuffer,
-                          WeightBroadcaster)
+from rayrl.actors import (CriticGroup, Gateway, LearnerGroup, RewardActor, RewardModelActor, RolloutWorker,
+                          TrajectoryBuffer, WeightBroadcaster)
 from rayrl.checkpoint import RunState
-from rayrl.components import demo_model
+from rayrl.components import demo_model, reward_model_path
 from rayrl.config import Config
 from rayrl.data import PromptTemplate
 from rayrl.driver.ray_cluster import start_ray
@@ -28,7 +28,7 @@ from rayrl.placement import PlacementPlan
 
 
 class ActorSystem:
-    """Roles: buffer, reward actors, gateway (agent workflows), rollout workers, learner group, broadcaster and,
+    """Roles: buffer, reward actors and reward models, gateway (agent workflows), rollout workers, learner group, broadcaster and,
     for algorithm.type=ppo, a critic group. Names (rollout-0, buffer, ...) live in a namespace of the run."""
 
     def __init__(self, cfg: Config, run_name: str = "rayrl", state: RunState | None = None) -> None:
@@ -37,10 +37,11 @@ class ActorSystem:
         self.cfg, self.namespace = cfg, f"rayrl-{run_name}"
         self.placement = PlacementPlan(cfg, name=self.namespace)
         self.started_ray = start_ray(cfg.scheduler, self.placement.total_cpus)
-        self.buffer = self.gateway = self.learners = self.broadcaster = self.critics = None
-        self.rewards, self.rollouts, self.rollout_names, self.gateway_url = [], [], [], ""
+        self.buffer = self.gateway = self.learners = self.broadcaster = self.critics = self.reward_model_path = None
+        self.rewards, self.reward_models, self.rollouts, self.rollout_names, self.gateway_url = [], [], [], [], ""
         try:
             self.model_path = str(demo_model(cfg))
+            self.reward_model_path = str(reward_model_path(cfg)) if cfg.reward.model.kind != "none" else None
             self.placement.create()
             self.tokenizer = load_tokenizer(self.model_path)
             self.template_ref = ray.put(PromptTemplate(self.tokenizer))  # kept: a restarting worker needs it again
@@ -73,10 +74,18 @@ class ActorSystem:
         self.buffer = TrajectoryBuffer.options(**self._options("buffer", "service")).remote(
             cfg.rollout.batch_size, cfg.rollout.max_staleness, state.version if state else 0,
             state.ledger if state else None, cfg.algorithm.dynamic_sampling)
-        r = cfg.reward
+        r, m = cfg.reward, cfg.reward.model
+        if self.reward_model_path is not None:
+            self.reward_models = [RewardModelActor.options(**self._options(f"reward-model-{i}", "reward_model", i),
+                                                           max_restarts=m.max_restarts, max_task_retries=m.max_restarts)
+                                  .remote(cfg, self.reward_model_path, i, self.placement.threads("reward_model"),
+                                          [os.getcwd()]) for i in range(m.num_actors)]
+            wait_all([a.health.remote() for a in self.reward_models], [f"reward-model-{i}" for i in range(m.num_actors)],
+                     "starting the reward models", cfg.rollout.restart_timeout_s)
+        models = self.reward_models or [None]
         self.rewards = [RewardActor.options(**self._options(f"reward-{i}", "service"), max_restarts=r.max_restarts,
                                             max_task_retries=r.max_restarts, max_concurrency=r.max_threads)
-                        .remote(cfg, i, [os.getcwd()]) for i in range(r.num_actors)]
+                        .remote(cfg, i, [os.getcwd()], models[i % len(models)]) for i in range(r.num_actors)]
         wants = cfg.agent.wants_gateway(cfg.rollout.workflow)
         self.gateway = Gateway.options(**self._options("gateway", "service")).remote(cfg, self.template_ref, []) \
             if wants else None
@@ -97,7 +106,7 @@ class ActorSystem:
         """Every actor handle created so far (the learner and critic ranks included)."""
         groups = [g.workers for g in (self.learners, self.critics) if g is not None]
         singles = [a for a in (self.buffer, self.gateway, self.broadcaster) if a is not None]
-        return [*singles, *self.rewards, *self.rollouts, *(w for g in groups for w in g)]
+        return [*singles, *self.reward_models, *self.rewards, *self.rollouts, *(w for g in groups for w in g)]
 
     def close(self) -> None:
         """Stop vLLM's engine processes first, then every actor, the placement group, and Ray if we started it."""

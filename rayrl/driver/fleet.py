@@ -11,6 +11,7 @@ import ray
 
 from rayrl.config import EvalConfig, RolloutConfig
 from rayrl.faults import RolloutFailed, RunStopped, wait_all
+from rayrl.rewards.combine import measured_reward
 from rayrl.types import Task, WeightVersion
 
 log = logging.getLogger("rayrl")
@@ -98,16 +99,18 @@ class RolloutFleet:
             return ray.get(self.broadcaster.sync.remote())
 
     # ---- evaluation and the colocated phases ---------------------------------------------------------
-    def evaluate(self, tasks: list[Task], e: EvalConfig, while_waiting, period_s: float) -> float:
-        """Held-out accuracy: the workflow's episodes spread over the workers; a sample counts at reward >= 1,
-        a task the workflow rejects as failed. while_waiting() is called every period_s until it is done."""
+    def evaluate(self, tasks: list[Task], e: EvalConfig, while_waiting, period_s: float) -> tuple[float, list]:
+        """Held-out accuracy and the samples: the workflow's episodes spread over the workers; a sample counts at
+        reward >= 1 (the rule's, when a reward model trains), a task the workflow rejects as failed.
+        while_waiting() is called every period_s until it is done."""
         k = len(self.workers)
         refs = [w.evaluate.remote(tasks[i::k], e.samples_per_task, e.temperature) for i, w in enumerate(self.workers)]
         while ray.wait(refs, num_returns=len(refs), timeout=period_s)[1]:
             while_waiting()
         parts = ray.get(refs)
-        successes = sum(s.reward >= 1.0 for part in parts for g in part for s in g.samples)
-        return successes / max(1, len(tasks) * e.samples_per_task)
+        samples = [s for part in parts for g in part for s in g.samples]
+        successes = sum(measured_reward(s) >= 1.0 for s in samples)
+        return successes / max(1, len(tasks) * e.samples_per_task), samples
 
     def sleep(self) -> dict:
         """Colocated: every engine gives the device to the learner (running requests finish first)."""

@@ -20,6 +20,7 @@ from rayrl.driver.reporter import StepReporter
 from rayrl.driver.reward_watch import RewardWatch
 from rayrl.driver.threads import ThreadBudget
 from rayrl.faults import RunStopped, StopRequest
+from rayrl.rewards.combine import agreement
 from rayrl.types import Task
 
 log = logging.getLogger("rayrl")
@@ -33,7 +34,9 @@ class RunLoop:
         self.fleet = RolloutFleet(system, cfg.rollout, cfg.sync.timeout_s)
         self.feeder = PromptFeeder(system.buffer, self.train_tasks, cfg.data.seed, cfg.rollout,
                                    cfg.algorithm.dynamic_sampling)
-        self.watch = RewardWatch(system.rewards, cfg.reward, run_dir, cfg.rollout.queue_check_s)
+        self.watch = RewardWatch(system.rewards, cfg.reward, run_dir, cfg.rollout.queue_check_s, system.reward_models)
+        self.agreements: list[float | None] = []  # the reward model's agreement with the rule, per evaluation
+        self.model_usage = {}  # the reward models' totals at the last step
         self.state = state
         self.last_checkpoint = str(run_dir.resume_from) if state else None
         self.last_saved = time.monotonic() if state else None  # a resumed run starts from a checkpoint
@@ -79,13 +82,15 @@ class RunLoop:
                 stats.update(self.fleet.sync_report())
             self.feeder.feed_for(step)
             samples, loop_samples = samples + stats["samples"], loop_samples + stats["samples"]
-            rec = {"step": step, **stats, "reward_failures": self.watch.check(),
+            rec = {"step": step, **stats, "reward_failures": self.watch.check(), **self.model_step(),
                    "sampled_reward_mean": self.feeder.sampled_reward(stats["reward_mean"], stats["samples"]),
                    "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds, "step_s": t3 - t0,
                    "samples_per_s": loop_samples / (t3 - t_loop)}
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.learner.total_steps:
                 t_eval = time.perf_counter()
                 rec["eval_accuracy"] = self.evaluate()
+                if self.agreements:
+                    rec["eval_model_agreement"] = self.agreements[-1]
                 eval_s += time.perf_counter() - t_eval
             rec["elapsed_s"] = time.perf_counter() - t_loop - eval_s  # training time, evaluations left out
             self.reporter.step(rec, synced, sum(self.fleet.restarts))
@@ -99,8 +104,21 @@ class RunLoop:
                 "steps": cfg.learner.total_steps - first + 1}
 
     def evaluate(self) -> float:
-        """Held-out accuracy; reward failures are watched while it runs (it scores through the reward actors)."""
-        return self.fleet.evaluate(self.eval_tasks, self.cfg.eval, self.watch.check_due, self.cfg.rollout.queue_check_s)
+        """Held-out accuracy; reward failures are watched while it runs (it scores through the reward actors).
+        With a reward model, its agreement with the rule on the held-out samples is kept."""
+        accuracy, samples = self.fleet.evaluate(self.eval_tasks, self.cfg.eval, self.watch.check_due,
+                                                self.cfg.rollout.queue_check_s)
+        if self.system.reward_models:
+            self.agreements.append(agreement(samples, self.cfg.reward.model.kind))
+        return accuracy
+
+    def model_step(self) -> dict:
+        """With a reward model: its engine calls this step beside the reward actors' calls (batching's measure)."""
+        if not self.system.reward_models:
+            return {}
+        now, last = self.watch.usage(), self.model_usage
+        self.model_usage = now
+        return {f"reward_model_{k}": now[k] - last.get(k, 0) for k in ("engine_calls", "reward_calls", "samples")}
 
     def next_batch(self, step: int) -> list[list[ray.ObjectRef]]:
         """The buffer's next batch (list-wrapped refs) in stream order. While waiting: rollout workers that died

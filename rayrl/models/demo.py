@@ -24,7 +24,7 @@ from rayrl.workflows.tools import calculator
 
 def _build_hash(demo: DemoConfig, data: DataConfig) -> str:
     key = {
-        "build": demo.model_dump(exclude={"cache_dir"}),
+        "build": demo.model_dump(exclude={"cache_dir", "judge_warmup_steps", "judge_warmup_lr"}),
         "data": data.model_dump(),
         "chars": "".join(CHARS),
         **({"chat_template": CHAT_TEMPLATE} if data.task != "arithmetic" else {}),

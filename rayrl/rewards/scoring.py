@@ -13,25 +13,29 @@ import threading
 import time
 from collections import Counter, deque
 
+from rayrl.rewards.combine import MODEL_FAILURES, UNDECIDED
 from rayrl.rewards.registry import RewardFn, RewardRejected, as_result
 from rayrl.types import TrajectoryGroup
 
-FAILURES = ("error", "timeout", "non_finite", "wrong_type")  # a sample's reward_status when it is not "ok"
+# a sample's reward_status when it has no usable reward ("ok", or UNDECIDED for a reward model to settle)
+FAILURES = ("error", "timeout", "non_finite", "wrong_type", *MODEL_FAILURES)
 EXAMPLES_PER_REASON = 5
 
 
 class _Call:
     """One reward call in its own daemon thread; its slot is given back exactly once (done or abandoned)."""
 
-    def __init__(self, fn: RewardFn, sample, task, slots: threading.Semaphore) -> None:
+    def __init__(self, fn: RewardFn, sample, task, slots: threading.Semaphore, undecided_ok: bool) -> None:
         self.done, self.lock, self.slots, self.released = threading.Event(), threading.Lock(), slots, False
+        self.undecided_ok = undecided_ok
         self.result, self.error = None, None
         self.started = time.monotonic()
         threading.Thread(target=self._run, args=(fn, sample, task), daemon=True, name="reward-call").start()
 
     def _run(self, fn, sample, task) -> None:
         try:
-            self.result = as_result(fn(sample, task))
+            value = fn(sample, task)
+            self.result = None if value is None and self.undecided_ok else as_result(value)
         except Exception as err:  # noqa: BLE001 - any failure of user code becomes a counted zero
             self.error = err
         self.release()
@@ -48,8 +52,10 @@ class _Call:
 
 
 class GroupScorer:
-    def __init__(self, fn: RewardFn, timeout_s: float, max_threads: int, window: int = 256) -> None:
-        self.fn, self.timeout_s = fn, timeout_s
+    def __init__(self, fn: RewardFn, timeout_s: float, max_threads: int, window: int = 256,
+                 undecided_ok: bool = False) -> None:
+        """undecided_ok: None from fn means "the rule cannot decide" (a reward model settles it), not wrong_type."""
+        self.fn, self.timeout_s, self.undecided_ok = fn, timeout_s, undecided_ok
         self.slots = threading.Semaphore(max_threads)
         self.counts: Counter[str] = Counter()  # "ok" and each failure reason
         self.examples: dict[str, list[str]] = {}  # the first messages of each failure reason
@@ -68,9 +74,11 @@ class GroupScorer:
         while not self.slots.acquire(timeout=0.05):  # while waiting for a slot, free those past their deadline
             for call in running:
                 self._expire(call)
-        return _Call(self.fn, sample, task, self.slots)
+        return _Call(self.fn, sample, task, self.slots, self.undecided_ok)
 
-    def score(self, group: TrajectoryGroup) -> TrajectoryGroup:
+    def score(self, group: TrajectoryGroup, count: bool = True) -> TrajectoryGroup:
+        """Every sample's reward, status and reason; counted unless count=False (the caller records the final
+        statuses once a reward model has had its say)."""
         calls: list[_Call] = []
         for sample in group.samples:
             calls.append(self._start(sample, group.task, calls))
@@ -79,6 +87,8 @@ class GroupScorer:
             if not finished:
                 self._expire(call)
                 status, reason, reward = "timeout", f"reward function took longer than {self.timeout_s}s", 0.0
+            elif call.error is None and call.result is None:
+                status, reason, reward = UNDECIDED, "the rule could not decide", 0.0
             elif call.error is not None:
                 status = call.error.reason if isinstance(call.error, RewardRejected) else "error"
                 reason = str(call.error) if status != "error" else f"{type(call.error).__name__}: {call.error}"
@@ -86,20 +96,25 @@ class GroupScorer:
             else:
                 status, reason, reward = "ok", call.result.reason, call.result.reward
             sample.reward, sample.reward_status, sample.reward_reason = reward, status, reason
-            self._count(status, reason)
+        if count:
+            self.record(group)
         return group
+
+    def record(self, group: TrajectoryGroup) -> None:
+        for sample in group.samples:
+            self._count(sample.reward_status, sample.reward_reason)
 
     def _count(self, status: str, reason: str) -> None:
         with self.lock:
             self.counts[status] += 1
-            self.recent.append(status != "ok")
-            if status == "ok":
+            self.recent.append(status in FAILURES)
+            if status not in FAILURES:
                 self.streak_start = None
             else:
                 now = time.time()
                 self.first_failure = self.first_failure or now
                 self.streak_start = self.streak_start or now
-            if status != "ok" and len(self.examples.setdefault(status, [])) < EXAMPLES_PER_REASON:
+            if status in FAILURES and len(self.examples.setdefault(status, [])) < EXAMPLES_PER_REASON:
                 self.examples[status].append(reason)
 
     def stats(self) -> dict:
@@ -124,7 +139,8 @@ def merge_stats(per_actor: list[dict]) -> dict:
     firsts = [a["first_failure"] for a in per_actor if a["first_failure"] is not None]
     out = {"counts": {k: sum(a["counts"][k] for a in per_actor) for k in ("ok", *FAILURES)},
            "window_failed": sum(a["window_failed"] for a in per_actor), "window": sum(a["window"] for a in per_actor),
-           "abandoned": sum(a["abandoned"] for a in per_actor), "examples": {},
+           "abandoned": sum(a["abandoned"] for a in per_actor), "calls": sum(a.get("calls", 0) for a in per_actor),
+           "examples": {},
            "first_failure": min(firsts) if firsts else None, "failing_since": _failing_since(per_actor)}
     for a in per_actor:
         for reason, msgs in a["examples"].items():

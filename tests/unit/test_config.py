@@ -140,6 +140,14 @@ RULE_CASES = {
                             ["lora.enabled=true", "rollout.engine=vllm", "lora.rank=512"]),
     "lora_has_a_path": (["lora.enabled=true", "learner.backend=deepspeed"], ["lora.enabled=true", "learner.backend=fsdp"]),
     "lora_keeps_the_base_asleep": (_COLOCATED_LORA, [*_COLOCATED_LORA, "placement.sleep_level=1"]),
+    "reward_model_template_shows_the_answer": (["reward.model.kind=judge", "reward.model.template='{prompt}?'"],
+                                               ["reward.model.kind=judge", "reward.model.template='{answer}?'"]),
+    "judge_votes_need_sampling": (["reward.model.kind=judge", "reward.model.votes=3"],
+                                  ["reward.model.kind=judge", "reward.model.votes=3", "reward.model.temperature=1.0"]),
+    "reward_model_fits_beside_rollout": (["reward.model.kind=judge", "reward.model.placement=rollout",
+                                          "reward.model.num_actors=2"],
+                                         ["reward.model.kind=judge", "reward.model.placement=rollout",
+                                          "reward.model.num_actors=2", "rollout.num_workers=2"]),
 }
 
 
