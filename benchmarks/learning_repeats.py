@@ -15,6 +15,7 @@ import ray
 from benchmarks.common import benchmark_parser, print_table, spread, write_result
 from rayrl.config import load_config
 from rayrl.driver import start_ray
+from rayrl.placement import PlacementPlan
 from rayrl.trainer import train
 
 # the default recipe at 150 steps
@@ -39,7 +40,7 @@ def main() -> None:
     rows = []
     for i in range(args.runs):
         cfg = load_config(None, [*TEST_RUN, *args.overrides, f"metrics.run_name=learning-repeat-{i}"])
-        start_ray(cfg.scheduler, 3)
+        start_ray(cfg.scheduler, PlacementPlan(cfg).total_cpus)
         s = train(cfg)
         first, last = reward_ends(Path(s["run_dir"]))
         rows.append({"run": i, "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"],
