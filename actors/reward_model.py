@@ -5,6 +5,7 @@ many reward actors share a call."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import ray
@@ -64,7 +65,8 @@ class RewardModelActor:
             i += len(requests)
 
     def stats(self) -> dict:
-        return dict(self.totals)
+        """Totals since this process started (a restart begins again at zero), and its pid."""
+        return {**self.totals, "pid": os.getpid()}
 
     def health(self) -> bool:
         return True

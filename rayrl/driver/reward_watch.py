@@ -19,13 +19,11 @@ class RewardWatch:
         model actors, whose calls usage() counts."""
         self.rewards, self.cfg, self.run_dir, self.period_s, self.models = rewards, reward, run_dir, period_s, models
         self.last_check = 0.0
-        self.reward_calls = 0  # calls the rollout workers made to the reward actors, as of the last check
 
     def check(self) -> dict[str, int]:
         """Failed samples by reason so far; raises RunStopped once failures pass a bound."""
         self.last_check = time.monotonic()
         stats = merge_stats(ray.get([a.stats.remote() for a in self.rewards]))
-        self.reward_calls = stats["calls"]
         path = self.run_dir.write_json("reward_failures.json", stats)
         r = self.cfg
         if why := failing(stats, r.fn, r.max_failure_fraction, r.failure_window, r.max_failing_s, time.time()):
@@ -39,11 +37,12 @@ class RewardWatch:
 
     def usage(self) -> dict:
         """The reward models' totals (engine calls, samples, unparsable, busy seconds) beside the reward actors'
-        calls as of the last check; a restarted model actor counts from zero again."""
-        try:
+        calls; a restarted model actor counts from zero again."""
+        try:  # the models first: every engine call counted has its reward actor call counted too
             per_model = ray.get([m.stats.remote() for m in self.models], timeout=self.cfg.model.timeout_s)
         except ray.exceptions.RayError:  # a model actor restarting: no totals this time
             per_model = []
         totals = {k: sum(m[k] for m in per_model) for k in ("engine_calls", "requests", "samples", "unparsable",
                                                               "busy_s")}
-        return {**totals, "reward_calls": self.reward_calls}
+        calls = sum(a["calls"] for a in ray.get([a.stats.remote() for a in self.rewards]))
+        return {**totals, "reward_calls": calls}

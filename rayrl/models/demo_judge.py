@@ -32,11 +32,14 @@ VERDICTS = {True: "y", False: "n"}
 
 def wrong_answer(answer: str, rng: random.Random) -> str:
     """A plausible wrong answer, mostly the policy's own kind of mistake (one digit off), else off by a little,
-    random, reversed, truncated, or with something before or after it."""
+    random, reversed, truncated, empty, or with something before or after it (a policy trained by a judge finds
+    any answer the judge was never shown a "no" for: before empty answers were among these, one learned to
+    answer nothing)."""
     n, i = int(answer), rng.randrange(len(answer))
     one_digit = answer[:i] + rng.choice([d for d in "0123456789" if d != answer[i]]) + answer[i + 1:]
     kinds = [one_digit, one_digit, one_digit, str(n + rng.choice([-2, -1, 1, 2])), str(rng.randint(0, 99)),
-             answer + rng.choice("0123456789"), answer[:-1] or "0", answer[::-1], answer + " " + answer, "=" + answer]
+             answer + rng.choice("0123456789"), answer[:-1], answer[1:], "", answer[::-1], answer + " " + answer,
+             "=" + answer, "-" + answer]
     out = rng.choice(kinds)
     return out if out != answer else str(n + 1)
 
