@@ -18,12 +18,14 @@ from rayrl.trainer import train
 
 PER_STEP = ("reward_mean", "train_s", "sync_s", "wait_s", "step_s", "staleness_max",
             # placement.mode=colocate: the phases' device memory, the sleep and the engine's own weight write
-            "mem_generate_gb", "mem_asleep_gb", "mem_train_gb", "mem_sync_gb", "sleep_s", "release_s", "sync_write_s")
+            "mem_generate_gb", "mem_asleep_gb", "mem_train_gb", "mem_sync_gb", "sleep_s", "release_s", "sync_write_s",
+            "reward_model_engine_calls", "reward_model_reward_calls")  # reward.model
 
 
 def main() -> None:
     p = benchmark_parser(__doc__)
     p.add_argument("--config", required=True)
+    p.add_argument("--name", default=None, help="the result's name (default: recipe_<config stem>)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
     cfg = load_config(args.config, args.overrides)
@@ -32,7 +34,7 @@ def main() -> None:
              if "step" in r]
     per_step = {k: [s[k] for s in steps] for k in PER_STEP if all(k in s for s in steps)}
     medians = {f"{k}_median": statistics.median(v) for k, v in per_step.items() if v}
-    name = "recipe_" + Path(args.config).stem
+    name = args.name or "recipe_" + Path(args.config).stem
     path = write_result(name, {"config_file": args.config, "overrides": args.overrides, "summary": summary,
                                "per_step": per_step, **medians}, args.commit)
     print(json.dumps({k: summary[k] for k in ("eval_accuracy_before", "eval_accuracy_after", "steps", "wall_s")}),

@@ -13,7 +13,9 @@
 #                                 weight-sync: sync.transport=ipc against a device copy of the same bytes (weight_sync)
 #                                 colocate: recipes/gsm8k_grpo_1gpu.yaml, 5 steps, vLLM and learner taking turns
 #                                 (random weights earn no reward: dynamic sampling would drop every group);
-#                                 colocate-lora: the same with recipes/gsm8k_grpo_1gpu_lora.yaml (needs peft staged)
+#                                 colocate-lora: the same with recipes/gsm8k_grpo_1gpu_lora.yaml (needs peft staged);
+#                                 judge: the same recipe with a vLLM judge (the random model, 8-token verdicts) inside
+#                                 the rollout worker's bundle: its busy time per step against generation's
 #                                 bitwise-test: tests/gpu/test_bitwise_gpu.py (vLLM batch-invariant, learner log-probs equal)
 #                                 bitwise: benchmarks/bitwise.py (that check, then the recipe normal vs bitwise)
 #                                 async: async_vs_sync --gpus 1, η = 0,1,2,4 once (vLLM and FSDP2 sharing the GPU);
@@ -92,6 +94,16 @@ run_mode() {
       learner.lr_warmup_steps=0 rollout.batch_size=16 data.eval_size=32 vllm.enforce_eager=true \
       algorithm.dynamic_sampling=false \
       scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name="gsm8k-1gpu${1#colocate}" metrics.progress=false
+    ;;
+  judge)
+    fixtures
+    CUDA_VISIBLE_DEVICES=0 step judge_1gpu 480 python3 -m benchmarks.recipe_run --commit "$commit" --name recipe_judge_1gpu \
+      --config recipes/gsm8k_grpo_1gpu.yaml model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=5 \
+      learner.lr_warmup_steps=0 rollout.batch_size=16 data.eval_size=32 vllm.enforce_eager=true \
+      algorithm.dynamic_sampling=false reward.model.kind=judge reward.model.path="$work/model" reward.model.engine=vllm \
+      reward.model.placement=rollout reward.model.gpu_fraction=0.1 reward.model.gpu_memory_utilization=0.15 \
+      reward.model.max_new_tokens=8 reward.model.parser=benchmarks.timing_verdicts:verdict_length \
+      scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name=judge-1gpu metrics.progress=false
     ;;
   two-gpu)
     step gpu_rollout_check 330 python3 -m benchmarks.gpu_rollout_check --commit "$commit"

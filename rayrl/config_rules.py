@@ -173,12 +173,14 @@ def reward_model_fits_beside_rollout(c: Config) -> str | None:
     if m.gpu_fraction >= share:
         return (f"reward.model.gpu_fraction={m.gpu_fraction} leaves the rollout worker no GPU (its share is {share}); "
                 "lower it")
-    used = c.vllm.gpu_memory_utilization + (m.gpu_memory_utilization if m.engine == "vllm" and m.kind == "judge" else 0)
-    if c.placement.mode != "split":
-        used += c.learner.gpu_memory_fraction or 0.0
-    if c.rollout.engine == "vllm" and used > 1.0:
-        return (f"vllm.gpu_memory_utilization + reward.model.gpu_memory_utilization (+ learner.gpu_memory_fraction "
-                f"on a shared GPU) is {used:.2f}, above 1; lower them")
+    judge = m.gpu_memory_utilization if m.engine == "vllm" and m.kind == "judge" else 0.0
+    learner = c.learner.gpu_memory_fraction or 0.0
+    policy = {"split": c.vllm.gpu_memory_utilization, "share": c.vllm.gpu_memory_utilization + learner,
+              "colocate": max(c.vllm.gpu_memory_utilization, learner)}[c.placement.mode]  # colocate: they take turns
+    if c.rollout.engine == "vllm" and policy + judge > 1.0:
+        return (f"the judge's reward.model.gpu_memory_utilization={judge} beside the policy's vLLM (and, colocated or "
+                f"shared, the learner's learner.gpu_memory_fraction) is {policy + judge:.2f} of the GPU, above 1; "
+                "lower them")
     return None
 
 

@@ -28,6 +28,7 @@ from rayrl.types import ScoreRequest, Task
 
 log = logging.getLogger(__name__)
 VERDICTS = {True: "y", False: "n"}
+EXAMPLES_VERSION = 2  # in the cache key: raise it when verdict_examples or wrong_answer change
 
 
 def wrong_answer(answer: str, rng: random.Random) -> str:
@@ -66,6 +67,7 @@ def build_reward_model(section: RewardModelConfig, demo: DemoConfig, data: DataC
         raise ValueError(f"reward.model.path is unset: the demo {section.kind} is built for data.task=arithmetic "
                          f"only, got {data.task}")
     key = {"demo": demo.model_dump(exclude={"cache_dir"}), "data": data.model_dump(), "kind": section.kind,
+           "examples": EXAMPLES_VERSION,
            "template": section.template, "transformers": transformers.__version__, "torch": torch.__version__}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     out = Path(demo.cache_dir).expanduser() / f"qwen2-{section.kind}-{digest}"
