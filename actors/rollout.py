@@ -17,7 +17,7 @@ from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.device_memory import device_used_gb
 from rayrl.metrics import RayMetrics
-from rayrl.rewards.combine import MODEL_FAILURES
+from rayrl.rewards.combine import unscored
 from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
 from rayrl.workflows.base import EpisodeEngine, Sampling, request_seed
 
@@ -40,8 +40,7 @@ class RolloutWorker:
     def __init__(self, index: int, cfg: Config, model_path: str, template: PromptTemplate, buffer,
                  rewards: list, num_threads: int, gateway=None, gateway_url: str = "",
                  search_path: list[str] | None = None) -> None:
-        """Also what a restart runs: the engine comes back with model_path's weights and no sync group,
-        and generates nothing until the driver has it rejoin and load the current weights."""
+        """Also what a restart runs: model_path's weights, no sync group, nothing generated until it rejoins."""
         self.index, self.cfg = index, cfg
         self.label = f"rollout-{index}"  # "rollout-0 restart 1" once the driver brought it back
         self.life = 0  # restarts so far, set by the driver: the buffer ignores calls of earlier lives
@@ -90,9 +89,8 @@ class RolloutWorker:
     async def _score_to_train(self, group: TrajectoryGroup) -> TrajectoryGroup:
         """A group with a sample the reward model could not score is never trained on: it counts as failed."""
         group = await self._score(group)
-        missing = [s.reward_reason for s in group.samples if s.reward_status in MODEL_FAILURES]
-        if missing:
-            raise RewardUnavailable(f"{len(missing)} samples without a reward model score; first: {missing[0]}")
+        if why := unscored(group):
+            raise RewardUnavailable(why)
         return group
 
     @ray.method(concurrency_group="gen")

@@ -1,9 +1,6 @@
-"""The whole run's configuration: pydantic models, one section per component, YAML + dotted overrides.
-
-Every default lives here; each field's description is its documentation (docs/configuration.md is generated
-from them). Rules across keys are named functions in rayrl.config_rules; keys that moved are refused with
-their new place (rayrl.config_moved).
-"""
+"""The whole run's configuration: pydantic models, one section per component, YAML + dotted overrides. Every default
+lives here; each description is its documentation (docs/configuration.md). Rules across keys: rayrl.config_rules;
+keys that moved: rayrl.config_moved."""
 
 from __future__ import annotations
 
@@ -16,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rayrl.config_moved import check_moved
 from rayrl.config_rules import check_rules
-from rayrl.config_yaml import ConfigError, explain, known_keys, merge, parse_overrides, read_yaml  # noqa: F401 (re-exported)
+from rayrl.config_yaml import (ConfigError, explain, known_keys, merge, parse_overrides,  # noqa: F401 (re-exported)
+                               read_config_file, read_yaml)
 
 
 def F(default, description: str, **limits):  # noqa: N802 - a field with its documentation
@@ -49,15 +47,13 @@ class PlacementConfig(_Section):
     """Which device each role uses."""
 
     mode: Literal["split", "colocate", "share"] = F(
-        "split", "split: rollout and learner on their own devices. colocate: rollout worker i and learner rank i "
-                 "share a device and take turns (η = 0). share: they share a device and run at once (any η), "
-                 "memory split by vllm.gpu_memory_utilization and learner.gpu_memory_fraction.")
+        "split", "split: rollout and learner on their own devices; colocate: worker i and rank i share one and take "
+                 "turns (η = 0); share: they share one and run at once (docs: GPUs).")
     sleep_level: Literal[1, 2] = F(2, "colocate: 1: the sleeping vLLM keeps weights in host memory; 2: frees them.")
     strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = F("PACK", "Ray's placement group strategy.")
     service_cpus: float = F(0.5, "The bundle shared by reward actors, buffer and broadcaster.", gt=0)
     ready_timeout_s: float = F(60.0, "The placement group must be placed within it, or the run stops.", gt=0)
-    rollout_node_labels: dict[str, str] = F({}, "Node labels the rollout bundles must land on (Ray's "
-                                                "bundle_label_selector), e.g. {rayrl-role: rollout}; empty: any node.")
+    rollout_node_labels: dict[str, str] = F({}, "Node labels the rollout bundles need, e.g. {rayrl-role: rollout}.")
     learner_node_labels: dict[str, str] = F({}, "Node labels the learner bundles must land on; empty: any node.")
 
 
@@ -90,8 +86,7 @@ class DataConfig(_Section):
     """The task's prompts and answers."""
 
     task: Literal["arithmetic", "gsm8k", "word_problems"] = F(
-        "arithmetic", "arithmetic: sums to learn on a CPU; gsm8k: grade-school math (needs model.path); "
-                      "word_problems: arithmetic in words, for a calculator-tool agent.")
+        "arithmetic", "sums (CPU); gsm8k (needs model.path); word_problems: for a calculator-tool agent.")
     path: str | None = F(None, "gsm8k: a local JSONL of {question, answer} lines; unset reads hf_dataset.")
     hf_dataset: str = F("openai/gsm8k", "gsm8k without path: the Hugging Face dataset.")
     ops: list[Literal["+", "-", "*"]] = F(["+"], "arithmetic: the operations (at least one).", min_length=1)
@@ -108,29 +103,23 @@ class DataConfig(_Section):
 
 
 class RewardModelConfig(_Section):
-    """A reward model beside the rule (reward.fn): a generative judge or a sequence-classification scorer, in
-    actors of its own, frozen, batching the samples of many groups into one engine call."""
+    """A frozen reward model beside the rule (reward.fn) in actors of its own (docs: Reward models)."""
 
-    kind: Literal["none", "judge", "scorer"] = F("none", "judge: a verdict generated and parsed; scorer: a scalar head.")
+    kind: Literal["none", "judge", "scorer"] = F("none", "judge: a parsed verdict; scorer: a scalar head.")
     path: str | None = F(None, "A local Hugging Face model; unset: the demo judge or scorer built for data.task.")
     engine: Literal["hf", "vllm"] = F("hf", "The judge's engine (its settings from the hf or vllm section).")
-    template: str = F("Question: {prompt}\nReference: {reference}\nAnswer: {answer}\nCorrect?", "The model's input; "
-                      "{answer} required, {prompt} and {reference} (the task's answer) optional.")
+    template: str = F("Question: {prompt}\nReference: {reference}\nAnswer: {answer}\nCorrect?", "Needs {answer}.")
     chat_template: bool = F(False, "Wrap the rendered template as a user turn in the tokenizer's chat template.")
-    parser: str = F("rayrl.rewards.verdicts:yes_probability", "'module:function' of (verdict sample) -> float; "
-                    "raising ValueError makes the sample unparsable.")
+    parser: str = F("rayrl.rewards.verdicts:yes_probability", "(verdict sample) -> score; a ValueError: unparsable.")
     votes: int = F(1, "Judge samples per answer; the score is their mean.", ge=1)
     temperature: float = F(0.0, "The judge's sampling temperature; 0 is greedy.", ge=0)
     max_new_tokens: int = F(1, "The verdict's length.", ge=1)
-    combine: Literal["only", "sum", "fallback"] = F("sum", "only: reward = weight · score (the rule only measures); "
-                                                    "sum: rule + weight · score; fallback: the model where the rule "
-                                                    "returns None.")
+    combine: Literal["only", "sum", "fallback"] = F("sum", "weight · score alone, plus the rule, or where it is None.")
     weight: float = F(1.0, "The model score's weight in the reward.")
     num_actors: int = F(1, "Reward model actors.", ge=1)
     placement: Literal["own", "rollout"] = F("own", "own: bundles of their own; rollout: inside rollout worker i's.")
     cpus: float = F(1.0, "CPUs per reward model actor; its torch threads on CPU.", gt=0)
-    gpu_fraction: float = F(1.0, "On GPUs: own: GPUs per actor; rollout: the share taken from the worker's GPU.",
-                            gt=0, le=1)
+    gpu_fraction: float = F(1.0, "own: GPUs per actor; rollout: the share of the worker's GPU.", gt=0, le=1)
     gpu_memory_utilization: float = F(0.2, "A vLLM judge's share of its GPU's memory.", gt=0, lt=1)
     timeout_s: float = F(60.0, "Per reward actor call; past it the samples are counted model_timeout.", gt=0)
     max_restarts: int = F(3, "A dead reward model actor is restarted; its calls are retried.", ge=0)
@@ -145,11 +134,9 @@ class RewardConfig(_Section):
     timeout_s: float = F(5.0, "Per call, from its start; a call past it is abandoned and counted.", gt=0)
     max_threads: int = F(4, "Reward calls running at once per reward actor.", ge=1)
     max_restarts: int = F(3, "A dead reward actor is restarted; the groups it was scoring are retried.", ge=0)
-    max_failure_fraction: float = F(0.5, "The failed share of the last failure_window samples that stops the run.",
-                                    gt=0, le=1)
+    max_failure_fraction: float = F(0.5, "The failed share of the last failure_window samples: stop.", gt=0, le=1)
     failure_window: int = F(256, "Samples the failure fraction is taken over.", ge=1)
-    max_failing_s: float = F(45.0, "Every sample scored for this long failed: the run stops, however slowly the "
-                                   "failures come (a reward that hangs on every call).", gt=0)
+    max_failing_s: float = F(45.0, "Every sample scored for this long failed (however slowly): the run stops.", gt=0)
 
 
 class RolloutConfig(_Section):
@@ -163,8 +150,7 @@ class RolloutConfig(_Section):
     max_new_tokens: int = F(6, "Tokens per completion at most.", ge=1)
     temperature: float = F(0.7, "Sampling temperature of training samples.", gt=0)
     max_staleness: int = F(1, "η: how many policy versions a trained sample may lag; 0 is synchronous RL.", ge=0)
-    workflow: str = F("rayrl.workflows.rlvr:SingleTurn", "The episode code: a Workflow class by import string "
-                                                         "(single-turn, tool use, an OpenAI-client agent, yours).")
+    workflow: str = F("rayrl.workflows.rlvr:SingleTurn", "The episode code: a Workflow class by import string.")
     groups_per_call: int = F(4, "Prompts a worker leases at once; their episodes start together.", ge=1)
     prompt_lead_batches: int = F(2, "Prompt batches queued beyond what staleness admits.", ge=1)
     queue_check_s: float = F(1.0, "While waiting for a batch: how often the driver checks workers and prompts.", gt=0)
@@ -173,8 +159,7 @@ class RolloutConfig(_Section):
     max_restarts: int = F(3, "A dead rollout worker is restarted, rejoins and loads the current weights.", ge=0)
     restart_timeout_s: float = F(300.0, "A restarted worker (its engine built again) must answer within it.", gt=0)
     ignore_eos: bool = F(False, "Training samples run to exactly max_new_tokens (benchmarks); not evaluation.")
-    bitwise_on_policy: bool = F(False, "vLLM batch-invariant and the learner on vLLM's kernels: rollout and learner "
-                                       "log-probs equal bit for bit (docs: Bitwise on-policy).")
+    bitwise_on_policy: bool = F(False, "Rollout and learner log-probs equal bit for bit (docs: Bitwise on-policy).")
 
 
 class EvalConfig(_Section):
@@ -188,8 +173,7 @@ class EvalConfig(_Section):
 class HFConfig(_Section):
     """The hf rollout engine (rollout.engine=hf): pure torch."""
 
-    max_concurrent_calls: int = F(1, "Decode batches running at once; requests arriving while all are busy join "
-                                     "one batch (1: one larger batch beat parallel ones on 2 cores).", ge=1)
+    max_concurrent_calls: int = F(1, "Decode batches at once; requests arriving meanwhile join one batch.", ge=1)
 
 
 class VLLMConfig(_Section):
@@ -206,11 +190,9 @@ class VLLMConfig(_Section):
     max_num_seqs: int | None = F(None, "Sequences per engine step; unset: vLLM's offline-batch default.")
     max_num_batched_tokens: int | None = F(None, "Tokens per engine step; unset: vLLM's offline-batch default.")
     enable_prefix_caching: bool = F(True, "vLLM's prefix cache (reset at every weight update).")
-    recompute_kv_on_sync: bool = F(True, "A weight update recomputes in-flight requests' KV cache with the new "
-                                         "weights; false keeps what the old weights wrote (faster, slightly off).")
+    recompute_kv_on_sync: bool = F(True, "A weight update recomputes in-flight requests' KV cache (false: kept).")
     kv_block_size: int = F(16, "vLLM's KV page (bitwise on-policy: the learner's attention reads alike).", ge=16)
-    lm_head_fp32: bool = F(False, "Logits in fp32 from bf16 hidden states, as the learners score tokens; helps "
-                                  "models with large logits.")
+    lm_head_fp32: bool = F(False, "Logits in fp32 from bf16 hidden states, as the learners score tokens.")
 
 
 class AgentConfig(_Section):
@@ -238,14 +220,12 @@ class LearnerConfig(_Section):
     backend: Literal["torch", "fsdp", "deepspeed"] = F("torch", "torch: one plain rank; fsdp: FSDP2; deepspeed: ZeRO.")
     num_workers: int = F(1, "Ranks; one GPU each when cluster.n_gpus_per_node > 0.", ge=1)
     cpus_per_worker: float = F(1.0, "CPUs per rank (its placement bundle).", gt=0)
-    threads: int | None = F(None, "Torch threads per rank on CPU; unset: each step, the node's cores less those "
-                                  "the rollout workers kept busy in the step before (at least one).", ge=1)
+    threads: int | None = F(None, "CPU torch threads per rank; unset: the cores the rollout left idle last step.", ge=1)
     total_steps: int = F(300, "Training steps.", ge=1)
     lr: float = F(5e-5, "Learning rate (AdamW).", gt=0)
     lr_warmup_steps: int = F(0, "Linear warm-up steps.", ge=0)
     lr_schedule: Literal["constant", "linear", "cosine"] = F("constant", "Decay after warm-up, to 0 at total_steps.")
-    nonfinite: Literal["skip", "stop"] = F("skip", "A step with non-finite advantages, loss or gradients is never "
-                                                   "applied; skip: counted, the run goes on; stop: the run stops.")
+    nonfinite: Literal["skip", "stop"] = F("skip", "A non-finite step is never applied; skip: counted; stop: stop.")
     process_group_timeout_s: float = F(600.0, "The ranks' collectives give up after it.", gt=0)
     weight_decay: float = F(0.0, "AdamW weight decay.", ge=0)
     adam_betas: tuple[float, float] = Field((0.9, 0.999), strict=False, description="AdamW betas (a YAML list).")
@@ -281,16 +261,15 @@ class LoraConfig(_Section):
     alpha: float = F(32.0, "The update is alpha / rank · B·A.", gt=0)
     dropout: float = F(0.0, "Dropout on the adapters' input, in training.", ge=0, lt=1)
     target_modules: list[str] = F(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-                                  "Linear layers that get an adapter, by module name.", min_length=1)
+                                  "Linear layers that get an adapter.", min_length=1)
     base_dtype: Literal["float32", "bfloat16"] = F("float32", "The learner's frozen base; adapters and Adam stay fp32.")
 
 
 ALGORITHM_ALIASES = {"DR-GRPO": "dr_grpo", "DR_GRPO": "dr_grpo", "REINFORCE++": "reinforce_pp"}
 # what each algorithm.type sets when its key is left unset: (clip_eps, clip_eps_high, loss_agg)
 TYPE_DEFAULTS = {"grpo": (0.2, 0.2, "token_mean"), "dr_grpo": (0.2, 0.2, "seq_mean_token_sum_norm"),
-                 "dapo": (0.2, 0.28, "token_mean"), "rloo": (0.2, 0.2, "token_mean"),
-                 "reinforce_pp": (0.2, 0.2, "token_mean"), "gspo": (3e-4, 4e-4, "seq_mean_token_mean"),
-                 "ppo": (0.2, 0.2, "token_mean")}
+                 "dapo": (0.2, 0.28, "token_mean"), "rloo": (0.2, 0.2, "token_mean"), "ppo": (0.2, 0.2, "token_mean"),
+                 "reinforce_pp": (0.2, 0.2, "token_mean"), "gspo": (3e-4, 4e-4, "seq_mean_token_mean")}
 GROUP_RELATIVE = ("grpo", "dr_grpo", "dapo", "rloo", "gspo")  # types whose advantages need >= 2 samples a group
 
 
@@ -409,19 +388,7 @@ SECTIONS = {name: field.annotation for name, field in Config.model_fields.items(
 
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
     """Read a YAML file (optional), apply dotted overrides, validate; raise ConfigError naming the key."""
-    tree: dict = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file '{path}' " + ("is not a file" if p.exists() else "does not exist"))
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError) as err:
-            raise ConfigError(f"config file '{path}' cannot be read as UTF-8 text ({err})") from None
-        tree = read_yaml(text, f"config file '{path}'") or {}
-        if not isinstance(tree, dict):
-            raise ConfigError(f"config file '{path}' must hold a mapping of sections, got {type(tree).__name__}")
-    tree = merge(tree, parse_overrides(overrides or []))
+    tree = merge(read_config_file(path) if path is not None else {}, parse_overrides(overrides or []))
     check_moved(tree)
     try:
         return Config.model_validate(tree)

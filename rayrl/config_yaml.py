@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -24,6 +25,21 @@ _YamlLoader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
                r"|[0-9][0-9_]*[eE][-+]?[0-9]+|\.inf|\.Inf|\.INF|\.nan|\.NaN|\.NAN)$"),
     list("-+0123456789."))
+
+
+def read_config_file(path) -> dict:
+    """A YAML file of config sections as a nested dict; ConfigError names what is wrong with the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file '{path}' " + ("is not a file" if p.exists() else "does not exist"))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as err:
+        raise ConfigError(f"config file '{path}' cannot be read as UTF-8 text ({err})") from None
+    tree = read_yaml(text, f"config file '{path}'") or {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping of sections, got {type(tree).__name__}")
+    return tree
 
 
 def read_yaml(text: str, where: str) -> Any:

@@ -69,9 +69,14 @@ def build_model(model: ModelConfig, demo: DemoConfig, data: DataConfig) -> Path:
         supervised_warmup(built, tokenizer, _warmup_rows(demo, data, tokenizer), demo)
     finally:
         torch.set_num_threads(threads)
+    return save_built(built, tokenizer, out)
+
+
+def save_built(model, tokenizer, out: Path) -> Path:
+    """Model and tokenizer into a temporary directory beside out, then renamed to out."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))
-    built.save_pretrained(tmp)
+    model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     try:
         os.replace(tmp, out)  # atomic: a concurrent builder of the same hash loses the race harmlessly

@@ -8,10 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -21,7 +18,7 @@ from transformers import Qwen2ForCausalLM, Qwen2ForSequenceClassification
 from rayrl.config import DataConfig, DemoConfig, RewardModelConfig
 from rayrl.data.arithmetic import split
 from rayrl.engines.reward.base import render
-from rayrl.models.demo import qwen2_config
+from rayrl.models.demo import qwen2_config, save_built
 from rayrl.models.tokenizer import build_char_tokenizer
 from rayrl.models.warmup import supervised_warmup
 from rayrl.types import ScoreRequest, Task
@@ -84,15 +81,7 @@ def build_reward_model(section: RewardModelConfig, demo: DemoConfig, data: DataC
                  verdict_accuracy(model, tokenizer, section, verdict_examples(held_out, demo.seed + 1)))
     finally:
         torch.set_num_threads(threads)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    try:
-        os.replace(tmp, out)  # atomic: a concurrent builder of the same hash loses the race harmlessly
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return save_built(model, tokenizer, out)
 
 
 def _ids(tokenizer, section: RewardModelConfig, request: ScoreRequest) -> list[int]:

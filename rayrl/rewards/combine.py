@@ -20,6 +20,12 @@ def requests_for(groups: list[TrajectoryGroup], section: RewardModelConfig) -> l
             for g in groups for s in g.samples if needs_model(s, section)]
 
 
+def unscored(group: TrajectoryGroup) -> str | None:
+    """Why the group cannot be trained on (samples the reward model left without a score), or None."""
+    missing = [s.reward_reason for s in group.samples if s.reward_status in MODEL_FAILURES]
+    return f"{len(missing)} samples without a reward model score; first: {missing[0]}" if missing else None
+
+
 def failed(reason: str, n: int) -> list[ModelScore]:
     return [ModelScore(None, reason)] * n
 
