@@ -184,11 +184,27 @@ def reward_model_fits_beside_rollout(c: Config) -> str | None:
     return None
 
 
+def reward_model_gpus_fit(c: Config) -> str | None:
+    """placement=own on GPUs: the policy's GPUs and the reward models' fit the cluster's."""
+    m = c.reward.model
+    if m.kind == "none" or m.placement != "own" or not c.on_gpu:
+        return None
+    tp = c.vllm.tensor_parallel_size if c.rollout.engine == "vllm" else 1
+    policy = c.rollout.num_workers * tp + c.learner.num_workers if c.placement.mode == "split" else c.rollout.num_workers
+    have = c.cluster.n_nodes * c.cluster.n_gpus_per_node
+    if policy + m.num_actors * m.gpu_fraction > have:
+        return (f"reward.model.placement=own needs {m.num_actors} × reward.model.gpu_fraction={m.gpu_fraction} GPUs "
+                f"beside the policy's {policy}, more than the cluster's {have} (cluster.n_nodes × n_gpus_per_node); "
+                "use reward.model.placement=rollout or lower reward.model.gpu_fraction")
+    return None
+
+
 RULES = (nccl_needs_gpus_and_vllm, group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
          openai_agent_needs_fn, colocate_is_synchronous, ipc_needs_a_shared_gpu, share_needs_ipc, share_memory_fits,
          ipc_needs_one_rollout_worker, offload_optimizer_is_not_deepspeed, tensor_parallel_needs_vllm_gpus,
          bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm, lora_keeps_the_base_asleep,
-         reward_model_template_shows_the_answer, judge_votes_need_sampling, reward_model_fits_beside_rollout)
+         reward_model_template_shows_the_answer, judge_votes_need_sampling, reward_model_fits_beside_rollout,
+         reward_model_gpus_fit)
 
 
 def check_rules(c: Config) -> None:
