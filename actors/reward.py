@@ -17,7 +17,8 @@ from rayrl.rewards.scoring import FAILURES, GroupScorer
 from rayrl.types import TrajectoryGroup
 
 DESCRIPTIONS = {"ok": "samples scored", "error": "reward function raised", "timeout": "reward function timed out",
-                "non_finite": "reward function returned NaN or inf", "wrong_type": "reward function returned a non-number",
+                "non_finite": "reward function returned NaN or inf",
+                "wrong_type": "reward function returned a non-number",
                 "unparsable": "reward model verdicts that did not parse", "model_timeout": "reward model timed out",
                 "model_error": "reward model failed"}
 

@@ -137,7 +137,8 @@ def lora_rank_fits_vllm(c: Config) -> str | None:
 
 
 def lora_keeps_the_base_asleep(c: Config) -> str | None:
-    if c.lora.enabled and c.rollout.engine == "vllm" and c.placement.mode == "colocate" and c.placement.sleep_level == 2:
+    p = c.placement
+    if c.lora.enabled and c.rollout.engine == "vllm" and p.mode == "colocate" and p.sleep_level == 2:
         return ("lora.enabled=true with placement.mode=colocate needs placement.sleep_level=1: level 2 frees vLLM's "
                 "base weights and a LoRA sync carries only the adapters")
     return None
@@ -190,7 +191,7 @@ def reward_model_gpus_fit(c: Config) -> str | None:
     if m.kind == "none" or m.placement != "own" or not c.on_gpu:
         return None
     tp = c.vllm.tensor_parallel_size if c.rollout.engine == "vllm" else 1
-    policy = c.rollout.num_workers * tp + c.learner.num_workers if c.placement.mode == "split" else c.rollout.num_workers
+    policy = c.rollout.num_workers * tp + (c.learner.num_workers if c.placement.mode == "split" else 0)
     have = c.cluster.n_nodes * c.cluster.n_gpus_per_node
     if policy + m.num_actors * m.gpu_fraction > have:
         return (f"reward.model.placement=own needs {m.num_actors} × reward.model.gpu_fraction={m.gpu_fraction} GPUs "

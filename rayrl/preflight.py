@@ -1,8 +1,9 @@
 """What can be checked before Ray starts is checked before Ray starts: the reward function imports and takes
 (sample, task), the workflow class and agent function import, the files and directories the config names, the
 task's data (the file parses, has its fields and answers, leaves problems to train on), one sequence fits a
-micro-batch, LoRA's target modules exist in the model, a reward model's parser and path, the cluster at scheduler.address answers. Each failure is
-a ConfigError naming the key or the file and line, the value, and what is expected."""
+micro-batch, LoRA's target modules exist in the model, a reward model's parser and path, the cluster at
+scheduler.address answers. Each failure is a ConfigError naming the key or the file and line, the value, and what
+is expected."""
 
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ from rayrl.placement import PlacementPlan
 
 
 class ActorSystem:
-    """Roles: buffer, reward actors and reward models, gateway (agent workflows), rollout workers, learner group, broadcaster and,
-    for algorithm.type=ppo, a critic group. Names (rollout-0, buffer, ...) live in a namespace of the run."""
+    """Roles: buffer, reward actors and reward models, gateway (agent workflows), rollout workers, learner group,
+    broadcaster and, for algorithm.type=ppo, a critic group. Names (rollout-0, buffer, ...) live in a namespace of the run."""
 
     def __init__(self, cfg: Config, run_name: str = "rayrl", state: RunState | None = None) -> None:
         """state: a checkpoint's run state; the buffer continues its ledger and the broadcaster its version. If a
@@ -80,8 +80,9 @@ class ActorSystem:
                                                            max_restarts=m.max_restarts, max_task_retries=m.max_restarts)
                                   .remote(cfg, self.reward_model_path, i, self.placement.threads("reward_model"),
                                           [os.getcwd()]) for i in range(m.num_actors)]
-            wait_all([a.health.remote() for a in self.reward_models], [f"reward-model-{i}" for i in range(m.num_actors)],
-                     "starting the reward models", cfg.rollout.restart_timeout_s)
+            names = [f"reward-model-{i}" for i in range(m.num_actors)]
+            wait_all([a.health.remote() for a in self.reward_models], names, "starting the reward models",
+                     cfg.rollout.restart_timeout_s)
         models = self.reward_models or [None]
         self.rewards = [RewardActor.options(**self._options(f"reward-{i}", "service"), max_restarts=r.max_restarts,
                                             max_task_retries=r.max_restarts, max_concurrency=r.max_threads)
