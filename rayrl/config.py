@@ -76,7 +76,7 @@ class DemoConfig(_Section):
     warmup_steps: int = F(230, "Supervised warm-up steps on the task before RL.", ge=0)
     warmup_batch_size: int = F(64, "Warm-up batch size.", ge=1)
     warmup_lr: float = F(2e-4, "Warm-up learning rate.", gt=0)
-    judge_warmup_steps: int = F(2500, "Supervised steps of the demo judge or scorer on synthetic verdicts.", ge=0)
+    judge_warmup_steps: int = F(3000, "Supervised steps of the demo judge or scorer on synthetic verdicts.", ge=0)
     judge_warmup_lr: float = F(3e-4, "Their learning rate (1e-3 stalled at 0.7 of held-out verdicts right).", gt=0)
     seed: int = F(0, "Initialisation and warm-up seed.")
     cache_dir: str = F("~/.cache/rayrl/models", "Built models are cached here by a hash of their settings.")

@@ -25,7 +25,7 @@ from rayrl.types import ScoreRequest, Task
 
 log = logging.getLogger(__name__)
 VERDICTS = {True: "y", False: "n"}
-EXAMPLES_VERSION = 2  # in the cache key: raise it when verdict_examples or wrong_answer change
+EXAMPLES_VERSION = 3  # in the cache key: raise it when verdict_examples or wrong_answer change
 
 
 def wrong_answer(answer: str, rng: random.Random) -> str:
@@ -35,7 +35,8 @@ def wrong_answer(answer: str, rng: random.Random) -> str:
     answer nothing)."""
     n, i = int(answer), rng.randrange(len(answer))
     one_digit = answer[:i] + rng.choice([d for d in "0123456789" if d != answer[i]]) + answer[i + 1:]
-    kinds = [one_digit, one_digit, one_digit, str(n + rng.choice([-2, -1, 1, 2])), str(rng.randint(0, 99)),
+    far = str(rng.randint(0, 99))
+    kinds = [one_digit, one_digit, one_digit, far, far, far, str(n + rng.choice([-2, -1, 1, 2])),
              answer + rng.choice("0123456789"), answer[:-1], answer[1:], "", answer[::-1], answer + " " + answer,
              "=" + answer, "-" + answer]
     out = rng.choice(kinds)
