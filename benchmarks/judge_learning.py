@@ -20,7 +20,7 @@ from rayrl.placement import PlacementPlan
 from rayrl.trainer import train
 
 JUDGE = ["reward.model.kind=judge", "reward.model.template='{answer} vs {reference}?'", "reward.model.combine=only",
-         "reward.model.max_new_tokens=1"]
+         "reward.model.max_new_tokens=1", "reward.model.parser=rayrl.rewards.verdicts:yes_or_no"]
 
 
 def one_run(reward: str, i: int, overrides: list[str]) -> dict:

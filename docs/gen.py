@@ -105,8 +105,9 @@ def benchmarks_md() -> str:
         d = json.loads(path.read_text())
         out += [f"## {name}", "", f"`{path.name}`: commit {d.get('commit')}, {d.get('date', '')[:10]}, "
                 f"{_machine(d)}; arguments `{' '.join(d.get('argv', [])) or '(none)'}`", ""]
-        if isinstance(d.get("rows"), list) and d["rows"] and isinstance(d["rows"][0], dict):
-            out += _table(d["rows"])
+        rows = d.get("rows") or d.get("runs")  # a row per measurement, or per repeated run
+        if isinstance(rows, list) and rows and isinstance(rows[0], dict):
+            out += _table(rows)
         elif isinstance(d.get("summary"), dict):
             out += _table([d["summary"]])
         else:

@@ -21,6 +21,16 @@ def yes_probability(verdict: Sample) -> float:
     return p if text[0] == "y" else 1.0 - p
 
 
+def yes_or_no(verdict: Sample) -> float:
+    """1 for a verdict starting with yes/y, 0 for no/n: a hard verdict. Under group-relative advantages a group
+    of wrong answers then has equal rewards (no signal), where yes_probability's small differences between
+    them would be scaled up to full advantages."""
+    text = verdict.text.strip().lower()
+    if not text or text[0] not in "yn":
+        raise ValueError(f"verdict {verdict.text[:40]!r} is neither yes nor no")
+    return 1.0 if text[0] == "y" else 0.0
+
+
 def number_in_text(verdict: Sample, scale: float = 10.0) -> float:
     """The first number in the verdict ("Score: 7" or "7/10"), divided by scale and clipped to [0, 1]."""
     found = _NUMBER.search(verdict.text)

@@ -13,7 +13,7 @@ from rayrl.data.arithmetic import split
 from rayrl.models.demo_judge import verdict_examples
 from rayrl.rewards import combine
 from rayrl.rewards.scoring import GroupScorer
-from rayrl.rewards.verdicts import number_in_text, yes_probability
+from rayrl.rewards.verdicts import number_in_text, yes_or_no, yes_probability
 from rayrl.types import ModelScore, Sample, Task, TrajectoryGroup
 
 TEMPLATE = "reward.model.template='{answer} vs {reference}?'"
@@ -27,7 +27,8 @@ def test_verdict_parsers():
     assert yes_probability(_verdict("y", 0.9)) == pytest.approx(0.9)
     assert yes_probability(_verdict(" No", 0.8)) == pytest.approx(0.2)
     assert number_in_text(_verdict("Score: 7/10")) == pytest.approx(0.7)
-    for parse, text in ((yes_probability, "maybe"), (yes_probability, ""), (number_in_text, "great")):
+    assert yes_or_no(_verdict("yes", 0.6)) == 1.0 and yes_or_no(_verdict("n", 0.6)) == 0.0
+    for parse, text in ((yes_probability, "maybe"), (yes_probability, ""), (number_in_text, "great"), (yes_or_no, "?")):
         with pytest.raises(ValueError):
             parse(_verdict(text))
 
