@@ -1,4 +1,4 @@
-"""Judge verdict parsers that fail the ways judges do, for tests/cpu/test_reward_model.py (imported by the
+"""Judge verdict parsers that fail the ways judges do, for tests/cpu/test_reward_model_actors.py (imported by the
 reward model actors by name from the working directory: `tests.cpu.faulty_verdicts:<fn>`)."""
 
 from __future__ import annotations
