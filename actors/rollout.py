@@ -115,9 +115,8 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="gen")
     async def run(self) -> dict:
-        """The continuous loop: lease prompts (the buffer admits them by staleness) and start an episode
-        for each, until stopped; then wait for the episodes still running. gen_s counts this loop's time only."""
-        self.totals["gen_s"] = 0.0
+        """Lease prompts (admitted by staleness), an episode each, until stopped; then wait for those running."""
+        self.totals["gen_s"] = 0.0  # gen_s counts this loop's time only
         while not self.stopped and self.episode_error is None:
             tasks = await self.buffer.take.remote(self.index, self.cfg.rollout.groups_per_call, self.life)
             if not tasks:  # the buffer closed
@@ -184,8 +183,7 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="ctrl")
     async def sleep(self) -> dict:
-        """Colocated: give the device to the learner until the next weight update. Engine calls already
-        running finish first (at η = 0 only dynamic sampling leaves any); new ones wait."""
+        """Colocated: give the device to the learner until the next weight update (running calls finish first)."""
         t0 = time.perf_counter()
         await self.use.drain()
         used = device_used_gb()  # the generate phase's peak: vLLM allocates its pools up front
