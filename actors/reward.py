@@ -44,15 +44,18 @@ class RewardActor:
         """Several groups in one call (a rollout worker's groups that finished together); with a reward model,
         their samples in one request to it."""
         self.calls += 1
+        if self.reward_model is None:  # each group counted as soon as it is scored: the driver sees failures early
+            return [self._record(self.scorer.score(g, count=False)) for g in groups]
         groups = [self.scorer.score(g, count=False) for g in groups]
-        if self.reward_model is not None:
-            self._ask_model(groups)
-        for g in groups:
-            self.scorer.record(g)
-            for status, n in Counter(s.reward_status for s in g.samples).items():
-                if status in DESCRIPTIONS:
-                    self.metrics.inc(f"reward_{status}_total", n)
-        return groups
+        self._ask_model(groups)
+        return [self._record(g) for g in groups]
+
+    def _record(self, group: TrajectoryGroup) -> TrajectoryGroup:
+        self.scorer.record(group)
+        for status, n in Counter(s.reward_status for s in group.samples).items():
+            if status in DESCRIPTIONS:
+                self.metrics.inc(f"reward_{status}_total", n)
+        return group
 
     def _ask_model(self, groups: list[TrajectoryGroup]) -> None:
         """A model that times out or dies leaves its samples unscored with the reason (never a hang)."""
