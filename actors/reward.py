@@ -65,10 +65,10 @@ class RewardActor:
         try:
             scores = ray.get(self.reward_model.score.remote(requests), timeout=self.section.timeout_s)
         except ray.exceptions.GetTimeoutError:
-            scores = combine.failed(f"model_timeout: no scores within reward.model.timeout_s="
+            scores = combine.failed("model_timeout", f"no scores within reward.model.timeout_s="
                                     f"{self.section.timeout_s}s", len(requests))
         except Exception as err:  # noqa: BLE001 - a dead actor or the engine's error: counted, never a crash
-            scores = combine.failed(f"model_error: {type(err).__name__}: {str(err)[:200]}", len(requests))
+            scores = combine.failed("model_error", f"{type(err).__name__}: {str(err)[:200]}", len(requests))
         combine.apply(groups, scores, self.section)
 
     def stats(self) -> dict:

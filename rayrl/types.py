@@ -58,10 +58,12 @@ class ScoreRequest(msgspec.Struct, frozen=True):
 
 
 class ModelScore(msgspec.Struct, frozen=True):
-    """A reward model's score of one sample, or None with the failure's reason ("unparsable: ...")."""
+    """A reward model's score of one sample, or None with why: failure (unparsable, model_timeout, model_error,
+    the sample's reward_status) and the message."""
 
     score: float | None
     reason: str = ""
+    failure: str = ""
 
 
 class TrajectoryGroup(msgspec.Struct):

@@ -26,8 +26,9 @@ def unscored(group: TrajectoryGroup) -> str | None:
     return f"{len(missing)} samples without a reward model score; first: {missing[0]}" if missing else None
 
 
-def failed(reason: str, n: int) -> list[ModelScore]:
-    return [ModelScore(None, reason)] * n
+def failed(failure: str, message: str, n: int) -> list[ModelScore]:
+    """n samples left unscored by one failure (model_timeout, model_error): the reason reads "failure: message"."""
+    return [ModelScore(None, f"{failure}: {message}", failure)] * n
 
 
 def apply(groups: list[TrajectoryGroup], scores: list[ModelScore], section: RewardModelConfig) -> None:
@@ -43,9 +44,8 @@ def _combine(sample: Sample, judged: ModelScore, section: RewardModelConfig) -> 
     undecided = sample.reward_status == UNDECIDED
     sample.rule_reward = None if undecided else sample.reward
     if judged.score is None:
-        status = judged.reason.split(":", 1)[0]
         sample.reward, sample.reward_reason = 0.0, judged.reason
-        sample.reward_status = status if status in MODEL_FAILURES else "model_error"
+        sample.reward_status = judged.failure if judged.failure in MODEL_FAILURES else "model_error"
         return
     sample.model_score = judged.score
     weighted = section.weight * judged.score

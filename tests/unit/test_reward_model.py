@@ -56,7 +56,8 @@ def test_votes_are_averaged_and_unparsable_verdicts_named(judge_cfg):
     assert score.score is not None and 0 <= score.score <= 1
     judge.parse = lambda verdict: number_in_text(verdict)  # "y" / "n" hold no number
     [score] = asyncio.run(judge.score([request]))
-    assert score.score is None and score.reason.startswith("unparsable: verdict") and "holds no number" in score.reason
+    assert score.score is None and score.failure == "unparsable"
+    assert score.reason.startswith("unparsable: verdict") and "holds no number" in score.reason
 
 
 def test_the_demo_scorer_scores_right_answers_higher(make_cfg):
@@ -84,8 +85,8 @@ def test_scores_combine_with_the_rule(make_cfg, how, expected):
     group = _group([1.0, None, 0.0] if how == "fallback" else [1.0, 0.0, 0.0])
     asked = combine.requests_for([group], section)
     assert len(asked) == (1 if how == "fallback" else 3) and asked[0].reference == "2"
-    scores = [ModelScore(1.0), ModelScore(1.0), ModelScore(None, "unparsable: x")][-len(asked):] if how != "fallback" \
-        else [ModelScore(1.0)]
+    scores = [ModelScore(1.0)] if how == "fallback" else \
+        [ModelScore(1.0), ModelScore(1.0), ModelScore(None, "unparsable: x", "unparsable")]
     combine.apply([group], scores, section)
     s = group.samples
     if how == "fallback":  # the rule decided two; the model the third, in its place

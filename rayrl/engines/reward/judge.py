@@ -51,7 +51,7 @@ class Judge:
                 continue
             scores.append(value)
         if not scores:
-            return ModelScore(None, f"unparsable: {errors[0] if errors else 'no verdict'}")
+            return ModelScore(None, f"unparsable: {errors[0] if errors else 'no verdict'}", "unparsable")
         return ModelScore(sum(scores) / len(scores))
 
     def shutdown(self) -> None:
