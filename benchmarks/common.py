@@ -64,13 +64,15 @@ def run_outside_ray(script: str, args: list[str], marker: str, timeout_s: float)
 def write_result(name: str, payload: dict, commit_id: str | None = None, argv: list[str] | None = None,
                  path: Path | None = None) -> Path:
     """benchmarks/results/<name>-<UTC time>.json: what ran (arguments, commit, whether the tree was dirty),
-    where, when, and the payload. commit_id: the caller's --commit, recorded as given. path: rewrite that
+    where, when, and the payload. commit_id: the caller's --commit, recorded as given
+    (else the COMMIT that run_gpu_checks.sh exports for the GPU tests, else git). path: rewrite that
     file instead (a long benchmark saving what it has after each part)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     now = datetime.now(timezone.utc)
     path = path or RESULTS / f"{name}-{now.strftime('%Y%m%d-%H%M%S')}.json"
+    commit_id, source = (commit_id, "caller") if commit_id else (os.environ.get("COMMIT"), "COMMIT")  # GPU tests
     record = {"benchmark": name, "date": now.isoformat(), "commit": commit_id or commit(),
-              "commit_from": "caller" if commit_id else "git", "argv": sys.argv[1:] if argv is None else argv,
+              "commit_from": source if commit_id else "git", "argv": sys.argv[1:] if argv is None else argv,
               "machine": machine(), **payload}
     path.write_text(json.dumps(record, indent=2))
     return path

@@ -10,6 +10,8 @@
 #                                 baseline-0.5b: rollout_throughput and learner_mfu on async_vs_sync's 0.5B setting
 #                                 lora: LoRA against full fine-tuning on the 1.5B shape (sync bytes and time,
 #                                 learner memory; lora_sync; needs peft staged)
+#                                 lora-export: a LoRA learner's merged export and adapter directory sampled by vLLM
+#                                 (tests/gpu/test_lora_gpu.py; needs peft staged)
 #                                 weight-sync: sync.transport=ipc against a device copy of the same bytes (weight_sync)
 #                                 colocate: recipes/gsm8k_grpo_1gpu.yaml, 5 steps, vLLM and learner taking turns
 #                                 (random weights earn no reward: dynamic sampling would drop every group);
@@ -63,6 +65,7 @@ run_mode() {
   mfu) CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 ;;
   mfu-variants) CUDA_VISIBLE_DEVICES=0 step learner_mfu 400 python3 -m benchmarks.learner_mfu --commit "$commit" \
     --steps 3 --runs "${RUNS:-fsdp:packed:16384:compile,fsdp:packed:32768:compile:learner.logprob_chunk_tokens=8192}" ;;
+  lora-export) CUDA_VISIBLE_DEVICES=0 step test_lora_gpu 400 python3 -m pytest -q -s -m gpu tests/gpu/test_lora_gpu.py -rxX ;;
   lora) CUDA_VISIBLE_DEVICES=0 step lora_sync 580 python3 -m benchmarks.lora_sync --commit "$commit" ;;
   baseline-0.5b)  # async_vs_sync's one-GPU shape alone: raw vLLM at its memory share, the learner at its lengths
     CUDA_VISIBLE_DEVICES=0 step rollout_throughput 300 python3 -m benchmarks.rollout_throughput --commit "$commit" \
@@ -121,7 +124,7 @@ run_mode() {
       vllm.enforce_eager=true metrics.run_dir="$out/runs" metrics.progress=false checkpoint.save_final=false
     ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
-  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, bitwise-test, bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-export, judge, bitwise-test, bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }
 
