@@ -43,6 +43,7 @@ step() {  # step NAME TIMEOUT_S command...: run it, log to $out/NAME.log, rememb
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   local rc=$?
   summary+=("$name rc=$rc")
+  find benchmarks/results -name '*.json' -newer "$out/.start" -exec cp {} "$out/" \;  # kept even if a later step is killed
   echo "== $name rc=$rc"; quiet 8 < "$out/$name.log"
 }
 
@@ -96,7 +97,7 @@ run_mode() {
       --config "$recipe" model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=5 \
       learner.lr_warmup_steps=0 rollout.batch_size=16 data.eval_size=32 vllm.enforce_eager=true \
       algorithm.dynamic_sampling=false \
-      scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name="gsm8k-1gpu${1#colocate}" metrics.progress=false
+      scheduler.include_dashboard=false metrics.run_dir=/tmp/gpu-runs metrics.run_name="gsm8k-1gpu${1#colocate}" metrics.progress=false
     ;;
   judge)
     fixtures
@@ -106,7 +107,7 @@ run_mode() {
       algorithm.dynamic_sampling=false reward.model.kind=judge reward.model.path="$work/model" reward.model.engine=vllm \
       reward.model.placement=rollout reward.model.gpu_fraction=0.1 reward.model.gpu_memory_utilization=0.15 \
       reward.model.max_new_tokens=8 reward.model.parser=benchmarks.timing_verdicts:verdict_length \
-      scheduler.include_dashboard=false metrics.run_dir="$out/runs" metrics.run_name=judge-1gpu metrics.progress=false
+      scheduler.include_dashboard=false metrics.run_dir=/tmp/gpu-runs metrics.run_name=judge-1gpu metrics.progress=false
     ;;
   two-gpu)
     step gpu_rollout_check 330 python3 -m benchmarks.gpu_rollout_check --commit "$commit"
@@ -114,14 +115,14 @@ run_mode() {
     fixtures
     step gsm8k_recipe 330 python3 -m benchmarks.recipe_run --commit "$commit" --config recipes/gsm8k_grpo.yaml \
       model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=3 rollout.batch_size=16 \
-      data.eval_size=32 vllm.enforce_eager=true scheduler.include_dashboard=false metrics.run_dir="$out/runs" \
+      data.eval_size=32 vllm.enforce_eager=true scheduler.include_dashboard=false metrics.run_dir=/tmp/gpu-runs \
       metrics.run_name=gsm8k-3 metrics.progress=false
     ;;
   faults)
     fixtures
     step fault_check 480 python3 -m benchmarks.fault_check --commit "$commit" --config recipes/gsm8k_grpo.yaml \
       model.path="$work/model" data.path="$work/gsm8k.jsonl" rollout.batch_size=16 data.eval_size=32 \
-      vllm.enforce_eager=true metrics.run_dir="$out/runs" metrics.progress=false checkpoint.save_final=false
+      vllm.enforce_eager=true metrics.run_dir=/tmp/gpu-runs metrics.progress=false checkpoint.save_final=false
     ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
   *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-export, judge, bitwise-test, bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
@@ -130,5 +131,4 @@ run_mode() {
 
 [ $# -gt 0 ] || { echo "usage: COMMIT=... $0 MODE [MODE ...]"; exit 2; }
 for mode in "$@"; do run_mode "$mode"; done
-find benchmarks/results -name '*.json' -newer "$out/.start" -exec cp {} "$out/" \;  # this run's results only
 printf '%s\n' "${summary[@]}"

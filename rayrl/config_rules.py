@@ -144,6 +144,13 @@ def lora_keeps_the_base_asleep(c: Config) -> str | None:
     return None
 
 
+def lora_on_gpu_vllm_is_half(c: Config) -> str | None:
+    """Measured on vLLM 0.26 (H200): its LoRA kernels assert float16 or bfloat16 inputs."""
+    if c.lora.enabled and c.rollout.engine == "vllm" and c.on_gpu and c.vllm.dtype == "float32":
+        return "lora.enabled=true on vLLM with GPUs needs vllm.dtype=bfloat16 or float16: its LoRA kernels take no float32"
+    return None
+
+
 def reward_model_template_shows_the_answer(c: Config) -> str | None:
     m = c.reward.model
     if m.kind != "none" and "{answer}" not in m.template:
@@ -204,7 +211,7 @@ RULES = (nccl_needs_gpus_and_vllm, group_relative_needs_groups, dynamic_sampling
          openai_agent_needs_fn, colocate_is_synchronous, ipc_needs_a_shared_gpu, share_needs_ipc, share_memory_fits,
          ipc_needs_one_rollout_worker, offload_optimizer_is_not_deepspeed, tensor_parallel_needs_vllm_gpus,
          bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm, lora_keeps_the_base_asleep,
-         reward_model_template_shows_the_answer, judge_votes_need_sampling, reward_model_fits_beside_rollout,
+         lora_on_gpu_vllm_is_half,          reward_model_template_shows_the_answer, judge_votes_need_sampling, reward_model_fits_beside_rollout,
          reward_model_gpus_fit)
 
 
