@@ -55,6 +55,10 @@ class WeightBroadcaster:
         self.setup()
         return self.publish(self.version)
 
+    def set_rollouts(self, rollouts: list, names: list[str]) -> None:
+        """The rollout workers after one joined or left; the next rejoin() forms the sync group with them."""
+        self.rollouts, self.names = list(rollouts), list(names)
+
     def current_version(self) -> int:
         return self.version
 

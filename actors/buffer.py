@@ -63,6 +63,12 @@ class TrajectoryBuffer:
             self._changed()
             return n
 
+    async def retire(self, worker: int) -> None:
+        """A worker leaving the fleet takes no more prompts; its leases stay until its episodes end or requeue()."""
+        async with self.changed:
+            self.state.retire(worker)
+            self._changed()
+
     async def wait_prompts_below(self, n: int) -> int:
         """Returns once fewer than n prompts are queued (or the buffer closed): the driver feeds more."""
         async with self.changed:

@@ -18,7 +18,7 @@ import math
 
 import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from rayrl.config import Config
 
@@ -138,6 +138,12 @@ class PlacementPlan:
             options["runtime_env"] = {"env_vars": {"VLLM_RAY_BUNDLE_INDICES": bundles,
                                                    "RAY_ADDRESS": ray.get_runtime_context().gcs_address}}
         return options
+
+    def elastic_rollout_options(self, node_id: str) -> dict:
+        """A rollout worker that joins a running job (rollout.fleet=elastic): outside the placement group, pinned
+        to a node that appeared, with a rollout bundle's resources."""
+        return {"num_cpus": self.share["rollout"], "num_gpus": self.gpus["rollout"],
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
 
     def threads(self, role: str) -> int:
         """Torch threads for an actor of this role: its CPU share, at least one."""

@@ -68,6 +68,11 @@ class BufferState:
         """A call from a life of the worker that has since died must not lease prompts nobody generates."""
         return life != self.lives.get(worker, 0)
 
+    def retire(self, worker: int) -> None:
+        """The worker is leaving (a drained node): its waiting take returns []; what it holds stays leased to it
+        until its episodes finish or requeue() gives the rest back."""
+        self.lives[worker] = self.lives.get(worker, 0) + 1
+
     def lease(self, worker: int, n: int) -> list[Task]:
         """Up to n queued prompts to the worker, as many as staleness admits."""
         granted = self.staleness.try_admit(min(n, len(self.prompts)))

@@ -1,6 +1,5 @@
-"""The whole run's configuration: pydantic models, one section per component, YAML + dotted overrides. Every default
-lives here; each description is its documentation (docs/configuration.md). Rules across keys: rayrl.config_rules;
-keys that moved: rayrl.config_moved."""
+"""The run's configuration: a pydantic model per component, YAML + dotted overrides; every default, each described
+(docs/configuration.md). Rules across keys: rayrl.config_rules; moved keys: rayrl.config_moved."""
 
 from __future__ import annotations
 
@@ -158,6 +157,9 @@ class RolloutConfig(_Section):
     seed: int = F(0, "Each request samples from its own stream, seeded by this and its task id (exact resume).")
     max_restarts: int = F(3, "A dead rollout worker is restarted, rejoins and loads the current weights.", ge=0)
     restart_timeout_s: float = F(300.0, "A restarted worker (its engine built again) must answer within it.", gt=0)
+    fleet: Literal["fixed", "elastic"] = F("fixed", "elastic: workers join new nodes, leave drained or lost ones.")
+    max_workers: int = F(0, "fleet=elastic: the most workers (num_workers, in the placement group, the least).", ge=0)
+    fleet_check_s: float = F(2.0, "fleet=elastic: how often the driver looks at the cluster's nodes.", gt=0)
     ignore_eos: bool = F(False, "Training samples run to exactly max_new_tokens (benchmarks); not evaluation.")
     bitwise_on_policy: bool = F(False, "Rollout and learner log-probs equal bit for bit (docs: Bitwise on-policy).")
 
@@ -247,14 +249,12 @@ class LearnerConfig(_Section):
     @model_validator(mode="after")
     def _ranks(self) -> "LearnerConfig":
         if self.backend == "torch" and self.num_workers > 1:
-            raise ValueError("learner.backend=torch is one plain rank; for learner.num_workers > 1 use "
-                             "learner.backend=fsdp or learner.backend=deepspeed")
+            raise ValueError("learner.backend=torch is one rank; more need learner.backend=fsdp or deepspeed")
         return self
 
 
 class LoraConfig(_Section):
-    """LoRA adapters (PEFT) on a frozen base: the learner trains only them, a weight sync carries only them,
-    the rollout engines sample with them. Its own section: the learner and the rollout engines both read it."""
+    """LoRA adapters (PEFT) on a frozen base, trained, synced and sampled with (the learner and the engines read it)."""
 
     enabled: bool = F(False, "Train LoRA adapters on a frozen base instead of every weight.")
     rank: int = F(16, "The adapters' rank r.", ge=1)

@@ -151,6 +151,21 @@ def lora_on_gpu_vllm_is_half(c: Config) -> str | None:
     return None
 
 
+def elastic_fleet_fits(c: Config) -> str | None:
+    r = c.rollout
+    if r.fleet != "elastic":
+        return None
+    if c.placement.mode != "split":
+        return (f"rollout.fleet=elastic needs placement.mode=split (got {c.placement.mode}: a worker there shares a "
+                "learner's device)")
+    if c.rollout.engine == "vllm" and c.vllm.tensor_parallel_size > 1:
+        return "rollout.fleet=elastic runs workers of one device each: set vllm.tensor_parallel_size=1"
+    if r.max_workers <= r.num_workers:
+        return (f"rollout.fleet=elastic needs rollout.max_workers above rollout.num_workers ({r.num_workers}, the "
+                f"workers that always run); got {r.max_workers}")
+    return None
+
+
 def reward_model_template_shows_the_answer(c: Config) -> str | None:
     m = c.reward.model
     if m.kind != "none" and "{answer}" not in m.template:
@@ -211,8 +226,8 @@ RULES = (nccl_needs_gpus_and_vllm, group_relative_needs_groups, dynamic_sampling
          openai_agent_needs_fn, colocate_is_synchronous, ipc_needs_a_shared_gpu, share_needs_ipc, share_memory_fits,
          ipc_needs_one_rollout_worker, offload_optimizer_is_not_deepspeed, tensor_parallel_needs_vllm_gpus,
          bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm, lora_keeps_the_base_asleep,
-         lora_on_gpu_vllm_is_half,          reward_model_template_shows_the_answer, judge_votes_need_sampling, reward_model_fits_beside_rollout,
-         reward_model_gpus_fit)
+         lora_on_gpu_vllm_is_half, elastic_fleet_fits, reward_model_template_shows_the_answer,
+         judge_votes_need_sampling, reward_model_fits_beside_rollout, reward_model_gpus_fit)
 
 
 def check_rules(c: Config) -> None:

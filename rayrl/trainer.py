@@ -75,7 +75,7 @@ class Trainer:
             "resumed_from": str(self.run_dir.resume_from or ""),
             "generation_s_per_step": worker_totals["gen_s"] / n / max(1, len(system.rollouts)),
             "groups": ledger, "unused_groups": ledger["unused"], "rollout_restarts": fleet.restarts,
-            "rollout_recoveries": fleet.recoveries, "reward_failures": run.watch.check(),
+            "rollout_recoveries": fleet.recoveries, "fleet": run.scaler.summary() if run.scaler else {}, "reward_failures": run.watch.check(),
             "mismatch": run.reporter.mismatch_summary(), "workflow": worker_totals["workflow"],
             "gateway": ray.get(system.gateway.stats.remote()) if system.gateway else {},
             "aborted_samples": worker_totals["aborted"], "skipped_steps": run.skipped_steps,

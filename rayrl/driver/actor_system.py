@@ -99,6 +99,14 @@ class ActorSystem:
             index, self.cfg, self.model_path, self.template_ref, self.buffer, self.rewards,
             self.placement.threads("rollout"), self.gateway, self.gateway_url, [os.getcwd()])
 
+    def elastic_rollout_worker(self, index: int, node_id: str):
+        """Rollout worker `index` on a node that joined the cluster (rollout.fleet=elastic); not restarted in place:
+        when its node goes, it goes, and a new one joins where capacity returns."""
+        return RolloutWorker.options(name=f"rollout-{index}", namespace=self.namespace, max_restarts=0,
+                                     **self.placement.elastic_rollout_options(node_id)).remote(
+            index, self.cfg, self.model_path, self.template_ref, self.buffer, self.rewards,
+            self.placement.threads("rollout"), self.gateway, self.gateway_url, [os.getcwd()])
+
     def _options(self, name: str, role: str, index: int = 0) -> dict:
         return {"name": name, "namespace": self.namespace, **self.placement.actor_options(role, index)}
 

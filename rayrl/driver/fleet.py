@@ -1,6 +1,8 @@
 """RolloutFleet: the rollout workers' generation loops seen from the driver. It starts them, notices a worker
 whose actor died, brings it back (its leased prompts requeued, the sync group formed anew, the current
-weights loaded, its loop started again), evaluates on them, and stops them at the end."""
+weights loaded, its loop started again), lets workers join and leave a running job (rollout.fleet=elastic:
+rayrl.driver.elastic decides when), evaluates on them, and stops them at the end. Workers are named by their
+index (rollout-<index>), which a worker keeps while others come and go."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import time
 import ray
 
 from rayrl.config import EvalConfig, RolloutConfig
-from rayrl.faults import RolloutFailed, RunStopped, wait_all
+from rayrl.faults import LearnerFailed, RolloutFailed, RunStopped, wait_all
 from rayrl.rewards.combine import measured_reward
 from rayrl.types import Task, WeightVersion
 
@@ -19,19 +21,23 @@ log = logging.getLogger("rayrl")
 
 class RolloutFleet:
     def __init__(self, system, rollout: RolloutConfig, sync_timeout_s: float) -> None:
-        self.workers, self.names = system.rollouts, system.rollout_names
-        self.buffer, self.broadcaster = system.buffer, system.broadcaster
+        self.workers, self.names = system.rollouts, system.rollout_names  # the system's lists, kept current
+        self.buffer, self.broadcaster, self.gateway = system.buffer, system.broadcaster, system.gateway
         self.cfg, self.sync_timeout_s = rollout, sync_timeout_s
         self.loops: tuple = ()  # each worker's run() ref; replaced, never changed in place
+        self.indices = list(range(len(self.workers)))  # each position's worker index (its buffer id and name)
         self.restarts = [0] * len(self.workers)
         self.recoveries: list[dict] = []  # when each death was seen and how long bringing it back took
+        self.elastic: set[int] = set()  # indices of workers that joined the running job (never restarted in place)
+        self.retired: list[dict] = []  # the loop totals of workers that left
 
     def start(self) -> None:
         self.loops = tuple(w.run.remote() for w in self.workers)
 
     # ---- faults ---------------------------------------------------------------------------------
     def dead(self) -> list[int]:
-        """Workers whose loop ended by the actor's death; a loop that raised or returned early is an error."""
+        """Positions of workers whose loop ended by the actor's death; a loop that raised or returned early is an
+        error."""
         done, _ = ray.wait(list(self.loops), num_returns=len(self.loops), timeout=0)
         out = []
         for ref in done:
@@ -41,36 +47,91 @@ class RolloutFleet:
             except ray.exceptions.RayActorError:
                 out.append(i)
                 continue
-            raise RolloutFailed(f"rollout-{i}'s loop ended while training was still running", f"rollout-{i}")
+            raise RolloutFailed(f"{self.names[i]}'s loop ended while training was still running", self.names[i])
         return out
 
     def heal(self) -> bool:
-        """Bring back every worker whose actor died; False if none had."""
+        """Bring back every worker whose actor died (one that joined the running job leaves instead: its node
+        may be gone); False if none had."""
         dead = self.dead()
         if not dead:
             return False
+        lost = [self.indices[i] for i in dead if self.indices[i] in self.elastic]
+        for index in lost:
+            self.remove(index, "lost")
+        dead = [i for i in self.dead() if self.indices[i] not in self.elastic]
+        if not dead:
+            return True
         seen_at, t0 = time.time(), time.perf_counter()
         for i in dead:
-            ray.get(self.buffer.requeue.remote(i))  # counted in the buffer's ledger
+            ray.get(self.buffer.requeue.remote(self.indices[i]))  # counted in the buffer's ledger
         deadline = time.monotonic() + self.cfg.restart_timeout_s
         for i in dead:
             self._await_restart(i, deadline)
-        ray.get(self.broadcaster.rejoin.remote())
+        self._regroup()
         loops = list(self.loops)
         for i in dead:
             self.restarts[i] += 1
             ray.get(self.workers[i].mark_restart.remote(self.restarts[i]))
             loops[i] = self.workers[i].run.remote()
-            self.recoveries.append({"worker": f"rollout-{i}", "seen_at": seen_at, "heal_s": time.perf_counter() - t0})
-            log.info("rollout-%d restarted (restart %d); rejoined at the current weights, its prompts requeued",
-                     i, self.restarts[i])
+            self.recoveries.append({"worker": self.names[i], "seen_at": seen_at, "heal_s": time.perf_counter() - t0})
+            log.info("%s restarted (restart %d); rejoined at the current weights, its prompts requeued",
+                     self.names[i], self.restarts[i])
         self.loops = tuple(loops)
         return True
 
+    # ---- joining and leaving (rollout.fleet=elastic) --------------------------------------------------
+    def join(self, index: int, worker) -> None:
+        """A worker started on a node that appeared: into the sync group at the current weights, then its loop."""
+        self.workers.append(worker)
+        self.names.append(f"rollout-{index}")
+        self.indices.append(index)
+        self.restarts.append(0)
+        self.elastic.add(index)
+        self._regroup()
+        self.loops = (*self.loops, worker.run.remote())
+        log.info("rollout-%d joined (%d workers); it holds the current weights", index, len(self.workers))
+
+    def leave(self, index: int, deadline: float) -> dict:
+        """A drained node's worker: it takes no more prompts and finishes what it holds until `deadline` (epoch
+        seconds), then whatever it still holds goes back to the queue and it leaves the sync group."""
+        i = self.indices.index(index)
+        worker, loop = self.workers[i], self.loops[i]
+        ray.get([worker.stop.remote(), self.buffer.retire.remote(index)])
+        done, _ = ray.wait([loop], timeout=max(0.0, deadline - time.time()))
+        if done:
+            try:
+                self.retired.append(ray.get(loop))
+            except ray.exceptions.RayActorError:
+                done = []
+        return {**self.remove(index, "drained"), "finished_in_time": bool(done)}
+
+    def remove(self, index: int, why: str) -> dict:
+        """Out of the fleet: the engine stopped, the actor gone, its leases requeued, the others regrouped."""
+        i = self.indices.index(index)
+        worker = self.workers[i]
+        ray.wait([worker.shutdown.remote()], timeout=10)
+        ray.kill(worker)
+        requeued = ray.get(self.buffer.requeue.remote(index))
+        for seq in (self.workers, self.names, self.indices, self.restarts):
+            del seq[i]
+        self.loops = self.loops[:i] + self.loops[i + 1:]
+        self.elastic.discard(index)
+        self._regroup()
+        log.info("rollout-%d left (%s; %d prompts requeued); %d workers", index, why, requeued, len(self.workers))
+        return {"worker": f"rollout-{index}", "why": why, "requeued": requeued, "at": time.time()}
+
+    def _regroup(self) -> None:
+        """The sync group formed anew with the current workers, every one loaded with the current weights."""
+        ray.get(self.broadcaster.set_rollouts.remote(self.workers, self.names))
+        ray.get(self.broadcaster.rejoin.remote())
+        if self.gateway is not None:
+            ray.get(self.gateway.set_workers.remote(self.workers))
+
     def _await_restart(self, i: int, deadline: float) -> None:
         """Calls to a restarting actor fail at once (ActorUnavailableError): ask again until it answers."""
-        late = RolloutFailed(f"rollout-{i} did not come back within rollout.restart_timeout_s="
-                             f"{self.cfg.restart_timeout_s:.0f}s", f"rollout-{i}")
+        late = RolloutFailed(f"{self.names[i]} did not come back within rollout.restart_timeout_s="
+                             f"{self.cfg.restart_timeout_s:.0f}s", self.names[i])
         while True:
             try:
                 ray.get(self.workers[i].health.remote(), timeout=max(0.1, deadline - time.monotonic()))
@@ -80,17 +141,18 @@ class RolloutFleet:
                     raise late from None
                 time.sleep(0.5)
             except ray.exceptions.ActorDiedError as err:
-                raise RunStopped(f"rollout-{i} died and cannot be restarted (rollout.max_restarts spent, or its "
+                raise RunStopped(f"{self.names[i]} died and cannot be restarted (rollout.max_restarts spent, or its "
                                  f"restart failed): {str(err).strip().splitlines()[-1][:300]}") from None
             except ray.exceptions.GetTimeoutError:
                 raise late from None
 
     def sync(self) -> WeightVersion:
-        """Weights to every rollout worker as v+1; a worker that failed the sync is brought back and the sync
-        redone. A learner rank's failure (LearnerFailed) is not caught here: the run cannot survive it."""
+        """Weights to every rollout worker as v+1; a worker that failed the sync is brought back (or, one that
+        joined, leaves) and the sync redone. A collective send fails on the learner too when a receiver dies
+        mid-sync: that is retried only if a rollout worker died; otherwise the run cannot survive it."""
         try:
             return ray.get(self.broadcaster.sync.remote())
-        except RolloutFailed as err:
+        except (RolloutFailed, LearnerFailed) as err:
             ray.wait(list(self.loops), num_returns=1, timeout=self.sync_timeout_s)  # a dead worker's loop ends too
             if not self.dead():
                 raise
@@ -133,7 +195,7 @@ class RolloutFleet:
         workflows' counts merged) and the buffer's ledger with the groups never used."""
         ray.get([w.stop.remote() for w in self.workers])
         ray.get(self.buffer.close.remote())
-        per_worker = ray.get(list(self.loops))  # each loop waits for its episodes still running
+        per_worker = ray.get(list(self.loops)) + self.retired  # each loop waits for its episodes still running
         workflow: dict[str, int] = {}
         for t in per_worker:
             for k, v in t.pop("workflow").items():

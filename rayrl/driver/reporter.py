@@ -16,8 +16,11 @@ GAUGES = {"learner_step_seconds": "the last step's training time", "learner_toke
           "mismatch_abs_mean": "mean |rollout - learner log-prob| of the last step's fresh tokens",
           "token_mult_prob_error": "mean exp|rollout - learner log-prob| of the last step's fresh tokens",
           "mismatch_max": "the last step's worst token gap",
-          "correction_frac": "share of tokens the off-policy correction masked or truncated in the last step"}
-PASSED_THROUGH = ("sampled_reward_mean", "mismatch_abs_mean", "token_mult_prob_error", "mismatch_max", "correction_frac")
+          "correction_frac": "share of tokens the off-policy correction masked or truncated in the last step",
+          "fleet_size": "rollout workers now", "fleet_joins": "rollout workers that joined the run",
+          "fleet_leaves": "rollout workers that left the run (drained or lost)"}
+PASSED_THROUGH = ("sampled_reward_mean", "mismatch_abs_mean", "token_mult_prob_error", "mismatch_max", "correction_frac",
+                  "fleet_size", "fleet_joins", "fleet_leaves")
 
 
 class StepReporter:

@@ -14,6 +14,7 @@ from rayrl import checkpoint
 from rayrl.checkpoint import RunState
 from rayrl.config import Config
 from rayrl.data import stream_position
+from rayrl.driver.elastic import ElasticScaler
 from rayrl.driver.fleet import RolloutFleet
 from rayrl.driver.prompts import PromptFeeder
 from rayrl.driver.reporter import StepReporter
@@ -32,6 +33,7 @@ class RunLoop:
         self.cfg, self.system, self.run_dir = cfg, system, run_dir
         self.train_tasks, self.eval_tasks = tasks
         self.fleet = RolloutFleet(system, cfg.rollout, cfg.sync.timeout_s)
+        self.scaler = ElasticScaler(system, self.fleet) if cfg.rollout.fleet == "elastic" else None
         self.feeder = PromptFeeder(system.buffer, self.train_tasks, cfg.data.seed, cfg.rollout,
                                    cfg.algorithm.dynamic_sampling)
         self.watch = RewardWatch(system.rewards, cfg.reward, run_dir, cfg.rollout.queue_check_s, system.reward_models)
@@ -85,7 +87,7 @@ class RunLoop:
             rec = {"step": step, **stats, "reward_failures": self.watch.check(), **self.model_step(),
                    "sampled_reward_mean": self.feeder.sampled_reward(stats["reward_mean"], stats["samples"]),
                    "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds, "step_s": t3 - t0,
-                   "samples_per_s": loop_samples / (t3 - t_loop)}
+                   "samples_per_s": loop_samples / (t3 - t_loop), **self.fleet_counts()}
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.learner.total_steps:
                 t_eval = time.perf_counter()
                 rec["eval_accuracy"] = self.evaluate()
@@ -120,15 +122,30 @@ class RunLoop:
         self.model_usage = now
         return {f"reward_model_{k}": now[k] - last.get(k, 0) for k in ("engine_calls", "reward_calls", "samples")}
 
+    def fleet_counts(self) -> dict:
+        """The rollout workers now, and (rollout.fleet=elastic) how many joined and left so far."""
+        out = {"fleet_size": len(self.fleet.workers)}
+        if self.scaler:
+            out.update(fleet_joins=len(self.scaler.joins), fleet_leaves=len(self.scaler.leaves))
+        return out
+
+    def look_at_the_fleet(self) -> None:
+        """Dead workers come back (or, joined ones, leave); rollout.fleet=elastic: nodes drained, nodes with room."""
+        self.fleet.heal()
+        if self.scaler:
+            self.scaler.check()
+
     def next_batch(self, step: int) -> list[list[ray.ObjectRef]]:
         """The buffer's next batch (list-wrapped refs) in stream order. While waiting: rollout workers that died
         are brought back, prompts topped up, and reward failures checked (a failing reward stops the run, never
         starves it)."""
         ref = self.system.buffer.get_batch.remote(self.cfg.rollout.batch_size)
+        if self.scaler:
+            self.scaler.check()
         while not ray.wait([ref], timeout=0)[0]:
             ready, _ = ray.wait([ref, *self.feeder.low_prompts(), *self.fleet.loops], num_returns=1,
                                 timeout=self.cfg.rollout.queue_check_s)
-            self.fleet.heal()
+            self.look_at_the_fleet()
             self.feeder.top_up_if_low()
             self.watch.check_due()  # whatever woke the wait: a failing reward must stop the run, not starve it
         items = sorted(ray.get(ref), key=lambda item: stream_position(item[1].task_id))

@@ -140,6 +140,7 @@ RULE_CASES = {
                             ["lora.enabled=true", "rollout.engine=vllm", "lora.rank=512"]),
     "lora_has_a_path": (["lora.enabled=true", "learner.backend=deepspeed"], ["lora.enabled=true", "learner.backend=fsdp"]),
     "lora_keeps_the_base_asleep": (_COLOCATED_LORA, [*_COLOCATED_LORA, "placement.sleep_level=1"]),
+    "elastic_fleet_fits": (["rollout.fleet=elastic"], ["rollout.fleet=elastic", "rollout.max_workers=2"]),
     "lora_on_gpu_vllm_is_half": ([*_COLOCATED_LORA, "placement.sleep_level=1", "vllm.dtype=float32"],
                                  [*_COLOCATED_LORA, "placement.sleep_level=1", "vllm.dtype=bfloat16"]),
     "reward_model_template_shows_the_answer": (["reward.model.kind=judge", "reward.model.template='{prompt}?'"],
