@@ -31,8 +31,6 @@ class ElasticScaler:
         if time.monotonic() - self.last_look < self.cfg.fleet_check_s:
             return
         self.last_look = time.monotonic()
-        for index in [i for i in self.fleet.indices if i not in self.fleet.elastic]:
-            self.where.setdefault(index, "")
         self._forget_lost()
         self._leave_drained()
         self._grow()
@@ -81,7 +79,7 @@ class ElasticScaler:
             self.waiting_first[index] = record
 
     def _first_groups(self) -> None:
-        """A joined worker's time from its node's discovery to its first scored group."""
+        """A joined worker's time from its creation (its node just found) to its first scored group."""
         for index, record in list(self.waiting_first.items()):
             try:
                 groups = ray.get(self.fleet.workers[self.fleet.indices.index(index)].stats.remote(), timeout=10)

@@ -23,6 +23,7 @@ class RolloutFleet:
     def __init__(self, system, rollout: RolloutConfig, sync_timeout_s: float) -> None:
         self.workers, self.names = system.rollouts, system.rollout_names  # the system's lists, kept current
         self.buffer, self.broadcaster, self.gateway = system.buffer, system.broadcaster, system.gateway
+        self.learners = system.learners
         self.cfg, self.sync_timeout_s = rollout, sync_timeout_s
         self.loops: tuple = ()  # each worker's run() ref; replaced, never changed in place
         self.indices = list(range(len(self.workers)))  # each position's worker index (its buffer id and name)
@@ -153,6 +154,8 @@ class RolloutFleet:
         try:
             return ray.get(self.broadcaster.sync.remote())
         except (RolloutFailed, LearnerFailed) as err:
+            if isinstance(err, LearnerFailed) and self.learners.dead_ranks():
+                raise
             ray.wait(list(self.loops), num_returns=1, timeout=self.sync_timeout_s)  # a dead worker's loop ends too
             if not self.dead():
                 raise

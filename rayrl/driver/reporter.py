@@ -19,8 +19,8 @@ GAUGES = {"learner_step_seconds": "the last step's training time", "learner_toke
           "correction_frac": "share of tokens the off-policy correction masked or truncated in the last step",
           "fleet_size": "rollout workers now", "fleet_joins": "rollout workers that joined the run",
           "fleet_leaves": "rollout workers that left the run (drained or lost)"}
-PASSED_THROUGH = ("sampled_reward_mean", "mismatch_abs_mean", "token_mult_prob_error", "mismatch_max", "correction_frac",
-                  "fleet_size", "fleet_joins", "fleet_leaves")
+PASSED_THROUGH = ("sampled_reward_mean", "mismatch_abs_mean", "token_mult_prob_error", "mismatch_max",
+                  "correction_frac", "fleet_size", "fleet_joins", "fleet_leaves")
 
 
 class StepReporter:

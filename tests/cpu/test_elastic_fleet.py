@@ -1,7 +1,8 @@
 """rollout.fleet=elastic on a cluster whose nodes come and go (ray.cluster_utils.Cluster, one machine): a node
 added mid-run gets a rollout worker that holds the current weights and produces groups; drained (Ray's drain API,
 with a deadline) it leaves within the deadline; a second node added and then killed without notice takes its
-worker, the run goes on, and a third node replaces it. Nothing is lost or trained twice, and every step's samples score as the learner does."""
+worker, the run goes on, and a third node replaces it. Nothing is lost or trained twice, and every step's samples
+score as the learner does."""
 
 from __future__ import annotations
 
