@@ -41,6 +41,17 @@ def last(key):
     recs = [r for r in recs if "step" in r]
     return recs[-1].get(key) if recs else None
 
+def trained_by(worker):
+    try:
+        lines = open(metrics.replace("metrics.jsonl", "trained.jsonl")).read().splitlines()
+    except FileNotFoundError:
+        return False
+    return any(worker in json.loads(l)["workers"] for l in lines if l.endswith("}"))
+
+def producing(worker):  # its groups are trained; then the driver's fleet checks (every 0.5 s) see its first one
+    wait_for(lambda: trained_by(worker))
+    time.sleep(2)
+
 def wait_for(what, timeout=240):
     t0 = time.time()
     while not what():
@@ -59,6 +70,7 @@ def scenario():
         first = cluster.add_node(num_cpus=1)
         events.append({"added": first.node_id, "at": time.time()})
         wait_for(lambda: last("fleet_size") == 2)
+        producing("rollout-1")
         start = last("step")
         wait_for(lambda: last("step") >= start + 4)  # a few steps with two workers
         events.append({"drain": first.node_id, "at": time.time(), "accepted": drain(first, 30)[0]})
@@ -67,14 +79,14 @@ def scenario():
         second = cluster.add_node(num_cpus=1)
         events.append({"added": second.node_id, "at": time.time()})
         wait_for(lambda: last("fleet_size") == 2)
-        start = last("step")
-        wait_for(lambda: last("step") >= start + 2)
+        producing("rollout-2")
         cluster.remove_node(second, allow_graceful=False)  # no notice
         events.append({"killed": second.node_id, "at": time.time()})
         wait_for(lambda: last("fleet_size") == 1)
         third = cluster.add_node(num_cpus=1)  # capacity returns: the lost worker is replaced there
         events.append({"added": third.node_id, "at": time.time()})
         wait_for(lambda: last("fleet_size") == 2)
+        producing("rollout-3")
         events.append({"done": True, "at": time.time()})
     except Exception as err:  # the test names it
         events.append({"error": repr(err)})
