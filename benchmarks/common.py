@@ -70,9 +70,9 @@ def write_result(name: str, payload: dict, commit_id: str | None = None, argv: l
     RESULTS.mkdir(parents=True, exist_ok=True)
     now = datetime.now(timezone.utc)
     path = path or RESULTS / f"{name}-{now.strftime('%Y%m%d-%H%M%S')}.json"
-    commit_id, source = (commit_id, "caller") if commit_id else (os.environ.get("COMMIT"), "COMMIT")  # GPU tests
-    record = {"benchmark": name, "date": now.isoformat(), "commit": commit_id or commit(),
-              "commit_from": source if commit_id else "git", "argv": sys.argv[1:] if argv is None else argv,
+    source = "caller" if commit_id else "COMMIT" if os.environ.get("COMMIT") else "git"  # COMMIT: the GPU tests
+    record = {"benchmark": name, "date": now.isoformat(), "commit": commit_id or os.environ.get("COMMIT") or commit(),
+              "commit_from": source, "argv": sys.argv[1:] if argv is None else argv,
               "machine": machine(), **payload}
     path.write_text(json.dumps(record, indent=2))
     return path

@@ -39,6 +39,7 @@ class ActorSystem:
         self.started_ray = start_ray(cfg.scheduler, self.placement.total_cpus)
         self.buffer = self.gateway = self.learners = self.broadcaster = self.critics = self.reward_model_path = None
         self.rewards, self.reward_models, self.rollouts, self.rollout_names, self.gateway_url = [], [], [], [], ""
+        self.starting_rollouts = []  # rollout.fleet=elastic: workers started on a new node, not in the fleet yet
         try:
             self.model_path = str(demo_model(cfg))
             self.reward_model_path = str(reward_model_path(cfg)) if cfg.reward.model.kind != "none" else None
@@ -102,10 +103,12 @@ class ActorSystem:
     def elastic_rollout_worker(self, index: int, node_id: str):
         """Rollout worker `index` on a node that joined the cluster (rollout.fleet=elastic); not restarted in place:
         when its node goes, it goes, and a new one joins where capacity returns."""
-        return RolloutWorker.options(name=f"rollout-{index}", namespace=self.namespace, max_restarts=0,
-                                     **self.placement.elastic_rollout_options(node_id)).remote(
+        worker = RolloutWorker.options(name=f"rollout-{index}", namespace=self.namespace, max_restarts=0,
+                                       **self.placement.elastic_rollout_options(node_id)).remote(
             index, self.cfg, self.model_path, self.template_ref, self.buffer, self.rewards,
             self.placement.threads("rollout"), self.gateway, self.gateway_url, [os.getcwd()])
+        self.starting_rollouts.append(worker)  # stopped by close() until the fleet takes it
+        return worker
 
     def _options(self, name: str, role: str, index: int = 0) -> dict:
         return {"name": name, "namespace": self.namespace, **self.placement.actor_options(role, index)}
@@ -115,12 +118,14 @@ class ActorSystem:
         """Every actor handle created so far (the learner and critic ranks included)."""
         groups = [g.workers for g in (self.learners, self.critics) if g is not None]
         singles = [a for a in (self.buffer, self.gateway, self.broadcaster) if a is not None]
-        return [*singles, *self.reward_models, *self.rewards, *self.rollouts, *(w for g in groups for w in g)]
+        return [*singles, *self.reward_models, *self.rewards, *self.rollouts, *self.starting_rollouts,
+                *(w for g in groups for w in g)]
 
     def close(self) -> None:
         """Stop vLLM's engine processes first, then every actor, the placement group, and Ray if we started it."""
-        if self.rollouts:
-            ray.wait([w.shutdown.remote() for w in self.rollouts], num_returns=len(self.rollouts), timeout=20)
+        engines = [*self.rollouts, *self.starting_rollouts]
+        if engines:
+            ray.wait([w.shutdown.remote() for w in engines], num_returns=len(engines), timeout=20)
         for a in self.actors:
             ray.kill(a)
         self.placement.remove()

@@ -20,12 +20,12 @@ def draining_nodes() -> dict[str, float]:
 
 
 def nodes_with_room(labels: dict[str, str], cpus: float, gpus: float, skip: set[str]) -> list[str]:
-    """Alive, not draining nodes outside `skip` whose labels include `labels` and whose free resources hold a
-    worker of `cpus` CPUs and `gpus` GPUs."""
-    free, draining = ray_state.available_resources_per_node(), draining_nodes()
+    """Alive nodes outside `skip` (the caller's, draining ones among them) whose labels include `labels` and whose
+    free resources hold a worker of `cpus` CPUs and `gpus` GPUs."""
+    free = ray_state.available_resources_per_node()
     out = []
     for node, info in alive_nodes().items():
-        if node in skip or node in draining or any(info["labels"].get(k) != v for k, v in labels.items()):
+        if node in skip or any(info["labels"].get(k) != v for k, v in labels.items()):
             continue
         room = free.get(node, {})
         if room.get("CPU", 0.0) >= cpus and room.get("GPU", 0.0) >= gpus:

@@ -1,7 +1,8 @@
 """ElasticScaler (rollout.fleet=elastic): every rollout.fleet_check_s the driver asks it to look at the cluster.
 A worker on a node being drained leaves (it finishes what it holds until the drain's deadline); a node with room
 for a worker, matching placement.rollout_node_labels and holding none of the fleet, gets one while the fleet is
-below rollout.max_workers. Joins, leaves and each new worker's time to its first group are kept for the summary."""
+below rollout.max_workers; it joins at a later look, once its engine answers (training goes on meanwhile).
+Joins, leaves and each new worker's time to its first group are kept for the summary."""
 
 from __future__ import annotations
 
@@ -25,15 +26,19 @@ class ElasticScaler:
         self.joins: list[dict] = []
         self.leaves: list[dict] = []
         self.waiting_first: dict[int, dict] = {}  # joined workers with no group yet: their join record
+        self.starting: dict[int, tuple] = {}  # index -> (worker, node, start time, its health() ref), not joined yet
 
     def check(self) -> None:
-        """Leave drained nodes, join nodes with room, note first groups; at most every rollout.fleet_check_s."""
+        """Leave drained nodes, admit workers that finished starting, start workers on nodes with room, note first
+        groups; at most every rollout.fleet_check_s. Nothing here waits for a worker to start."""
         if time.monotonic() - self.last_look < self.cfg.fleet_check_s:
             return
         self.last_look = time.monotonic()
+        draining = cluster_nodes.draining_nodes()
         self._forget_lost()
-        self._leave_drained()
-        self._grow()
+        self._leave_drained(draining)
+        self._admit_started(draining)
+        self._start(draining)
         self._first_groups()
 
     def _forget_lost(self) -> None:
@@ -43,8 +48,7 @@ class ElasticScaler:
             self.leaves.append({"worker": f"rollout-{index}", "node": node, "why": "lost", "at": time.time()})
             self.waiting_first.pop(index, None)
 
-    def _leave_drained(self) -> None:
-        draining = cluster_nodes.draining_nodes()
+    def _leave_drained(self, draining: dict[str, float]) -> None:
         for index in [i for i in self.fleet.elastic if self.where.get(i) in draining]:
             deadline = draining[self.where[index]] or time.time() + self.cfg.request_timeout_s
             t0 = time.time()
@@ -54,22 +58,36 @@ class ElasticScaler:
             self.leaves.append(record)
             self.waiting_first.pop(index, None)
 
-    def _grow(self) -> None:
-        room = self.cfg.max_workers - len(self.fleet.indices)
+    def _start(self, draining: dict[str, float]) -> None:
+        """A worker on each node with room (up to rollout.max_workers, counting those still starting)."""
+        room = self.cfg.max_workers - len(self.fleet.indices) - len(self.starting)
         if room <= 0:
             return
         p = self.system.placement
+        taken = set(self.where.values()) | {node for _, node, _, _ in self.starting.values()}
         nodes = cluster_nodes.nodes_with_room(self.system.cfg.placement.rollout_node_labels, p.share["rollout"],
-                                              p.gpus["rollout"], skip=set(self.where.values()))
+                                              p.gpus["rollout"], taken | set(draining))
         for node in nodes[:room]:
-            index, t0 = self.next_index, time.time()
+            index = self.next_index
             self.next_index += 1
             worker = self.system.elastic_rollout_worker(index, node)
-            try:
-                ray.get(worker.health.remote(), timeout=self.cfg.restart_timeout_s)
-            except (ray.exceptions.RayError, TimeoutError) as err:
+            self.starting[index] = (worker, node, time.time(), worker.health.remote())
+
+    def _admit_started(self, draining: dict[str, float]) -> None:
+        """Workers whose engine answered join the fleet; one that failed, ran out of rollout.restart_timeout_s
+        or whose node is being drained is stopped (its node may get another later)."""
+        for index, (worker, node, t0, ready) in list(self.starting.items()):
+            done = bool(ray.wait([ready], timeout=0)[0])
+            late = time.time() - t0 > self.cfg.restart_timeout_s
+            if not (done or late or node in draining):
+                continue
+            del self.starting[index]
+            self.system.starting_rollouts.remove(worker)
+            failure = _start_failure(ready) if done else "it did not answer within rollout.restart_timeout_s"
+            failure = "its node is being drained" if node in draining else failure
+            if failure:
                 ray.kill(worker)
-                log.warning("rollout-%d could not start on node %s (%s); trying again later", index, node[:12], err)
+                log.warning("rollout-%d on node %s was not admitted (%s)", index, node[:12], failure)
                 continue
             self.fleet.join(index, worker)
             self.where[index] = node
@@ -91,3 +109,12 @@ class ElasticScaler:
 
     def summary(self) -> dict:
         return {"size": len(self.fleet.indices), "joins": self.joins, "leaves": self.leaves}
+
+
+def _start_failure(ready) -> str | None:
+    """Why a started worker's health() call failed (its constructor raised, its node died), or None."""
+    try:
+        ray.get(ready)
+        return None
+    except ray.exceptions.RayError as err:
+        return f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}"
