@@ -19,7 +19,7 @@ from rayrl.trainer import train
 PER_STEP = ("reward_mean", "train_s", "sync_s", "wait_s", "step_s", "staleness_max",
             # placement.mode=colocate: the phases' device memory, the sleep and the engine's own weight write
             "mem_generate_gb", "mem_asleep_gb", "mem_train_gb", "mem_sync_gb", "sleep_s", "release_s", "sync_write_s",
-            "reward_model_engine_calls", "reward_model_reward_calls")  # reward.model
+            "reward_model_engine_calls", "reward_model_reward_calls", "reward_model_busy_s")  # reward.model
 
 
 def main() -> None:

@@ -1,5 +1,4 @@
-"""The run's configuration: a pydantic model per component, YAML + dotted overrides; every default, each described
-(docs/configuration.md). Rules across keys: rayrl.config_rules; moved keys: rayrl.config_moved."""
+"""The run's configuration: a pydantic model per component, every default described; rules: rayrl.config_rules."""
 
 from __future__ import annotations
 
@@ -160,6 +159,7 @@ class RolloutConfig(_Section):
     fleet: Literal["fixed", "elastic"] = F("fixed", "elastic: workers join new nodes, leave drained or lost ones.")
     max_workers: int = F(0, "fleet=elastic: the most workers (num_workers, in the placement group, the least).", ge=0)
     fleet_check_s: float = F(2.0, "fleet=elastic: how often the driver looks at the cluster's nodes.", gt=0)
+    idle_leave_s: float = F(60.0, "fleet=elastic, η > 0: workers idle this long: a joined one leaves (0: never).", ge=0)
     ignore_eos: bool = F(False, "Training samples run to exactly max_new_tokens (benchmarks); not evaluation.")
     bitwise_on_policy: bool = F(False, "Rollout and learner log-probs equal bit for bit (docs: Bitwise on-policy).")
 

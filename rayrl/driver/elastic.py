@@ -1,8 +1,9 @@
 """ElasticScaler (rollout.fleet=elastic): every rollout.fleet_check_s the driver asks it to look at the cluster.
 A worker on a node being drained leaves (it finishes what it holds until the drain's deadline); a node with room
 for a worker, matching placement.rollout_node_labels and holding none of the fleet, gets one while the fleet is
-below rollout.max_workers; it joins at a later look, once its engine answers (training goes on meanwhile).
-Joins, leaves and each new worker's time to its first group are kept for the summary."""
+below rollout.max_workers; it joins at a later look, once its engine answers (training goes on meanwhile). When
+generation runs ahead of training for rollout.idle_leave_s, the last joined worker leaves, and none starts until
+generation falls behind. Joins, leaves and each new worker's time to its first group are kept for the summary."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rayrl.driver import cluster_nodes
 
 log = logging.getLogger("rayrl")
 LEAVE_MARGIN_S = 2.0  # a drained worker's loop must end this long before the deadline: removing it takes time
+IDLE_BUSY_BAR = 0.8  # η > 0: a worker leaves as idle if the others would stay at most this busy without it
 
 
 class ElasticScaler:
@@ -27,6 +29,8 @@ class ElasticScaler:
         self.leaves: list[dict] = []
         self.waiting_first: dict[int, dict] = {}  # joined workers with no group yet: their join record
         self.starting: dict[int, tuple] = {}  # index -> (worker, node, start time, its health() ref), not joined yet
+        self.hold = False  # a worker left as idle and generation is still ahead: no worker starts
+        self.window = (time.monotonic(), self._busy())  # the idle window's start and each worker's busy seconds
 
     def check(self) -> None:
         """Leave drained nodes, admit workers that finished starting, start workers on nodes with room, note first
@@ -38,8 +42,39 @@ class ElasticScaler:
         self._forget_lost()
         self._leave_drained(draining)
         self._admit_started(draining)
+        self._leave_idle()
         self._start(draining)
         self._first_groups()
+
+    def _busy(self) -> dict[int, float]:
+        """Each worker's seconds with calls in its engine so far ({} if one does not answer)."""
+        try:
+            stats = ray.get([w.stats.remote() for w in self.fleet.workers], timeout=10)
+        except ray.exceptions.RayError:
+            return {}
+        return {i: s["busy_s"] for i, s in zip(self.fleet.indices, stats)}
+
+    def _leave_idle(self) -> None:
+        """At the end of each rollout.idle_leave_s window, η > 0: workers idle because the staleness bound holds them
+        back (generation ahead of training). The last joined worker leaves (why "idle") when the others, busy for
+        the window's mean share, would stay at most IDLE_BUSY_BAR busy without it; none starts again until the
+        fleet is busier than that."""
+        (t0, before), now = self.window, time.monotonic()
+        if not self.cfg.idle_leave_s or now - t0 < self.cfg.idle_leave_s:
+            return
+        busy, n = self._busy(), len(self.fleet.indices)
+        self.window = (now, busy)
+        if not set(busy) == set(before) == set(self.fleet.indices):  # a worker came, went or did not answer
+            return
+        share = sum(max(0.0, busy[i] - before[i]) for i in busy) / ((now - t0) * n)
+        self.hold = self.hold and share <= IDLE_BUSY_BAR
+        if self.cfg.max_staleness > 0 and self.fleet.elastic and n > 1 and share * n / (n - 1) <= IDLE_BUSY_BAR:
+            index, start = max(self.fleet.elastic), time.time()
+            record = self.fleet.leave(index, start + self.cfg.request_timeout_s, why="idle")
+            record.update(node=self.where.pop(index), busy_share=share, left_s=time.time() - start)
+            self.leaves.append(record)
+            self.waiting_first.pop(index, None)
+            self.hold, self.window = True, (time.monotonic(), self._busy())
 
     def _forget_lost(self) -> None:
         """Workers the fleet removed as lost (their node died): counted as leaves."""
@@ -59,9 +94,10 @@ class ElasticScaler:
             self.waiting_first.pop(index, None)
 
     def _start(self, draining: dict[str, float]) -> None:
-        """A worker on each node with room (up to rollout.max_workers, counting those still starting)."""
+        """A worker on each node with room (up to rollout.max_workers, counting those still starting); none while
+        generation stays ahead after a worker left as idle."""
         room = self.cfg.max_workers - len(self.fleet.indices) - len(self.starting)
-        if room <= 0:
+        if room <= 0 or self.hold:
             return
         p = self.system.placement
         taken = set(self.where.values()) | {node for _, node, _, _ in self.starting.values()}

@@ -93,9 +93,9 @@ class RolloutFleet:
         self.loops = (*self.loops, worker.run.remote())
         log.info("rollout-%d joined (%d workers); it holds the current weights", index, len(self.workers))
 
-    def leave(self, index: int, deadline: float) -> dict:
-        """A drained node's worker: it takes no more prompts and finishes what it holds until `deadline` (epoch
-        seconds), then whatever it still holds goes back to the queue and it leaves the sync group."""
+    def leave(self, index: int, deadline: float, why: str = "drained") -> dict:
+        """A drained node's (or an idle) worker: it takes no more prompts and finishes what it holds until `deadline`
+        (epoch seconds), then whatever it still holds goes back to the queue and it leaves the sync group."""
         i = self.indices.index(index)
         worker, loop = self.workers[i], self.loops[i]
         ray.get([worker.stop.remote(), self.buffer.retire.remote(index)])
@@ -105,7 +105,7 @@ class RolloutFleet:
                 self.retired.append(ray.get(loop))
             except ray.exceptions.RayActorError:
                 done = []
-        return {**self.remove(index, "drained"), "finished_in_time": bool(done)}
+        return {**self.remove(index, why), "finished_in_time": bool(done)}
 
     def remove(self, index: int, why: str) -> dict:
         """Out of the fleet: the engine stopped, the actor gone, its leases requeued, the others regrouped."""

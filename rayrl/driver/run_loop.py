@@ -115,12 +115,14 @@ class RunLoop:
         return accuracy
 
     def model_step(self) -> dict:
-        """With a reward model: its engine calls this step beside the reward actors' calls (batching's measure)."""
+        """With a reward model: its engine calls this step beside the reward actors' calls (batching's measure), and
+        its busy seconds (against generation's)."""
         if not self.system.reward_models:
             return {}
         now, last = self.watch.usage(), self.model_usage
         self.model_usage = now
-        return {f"reward_model_{k}": now[k] - last.get(k, 0) for k in ("engine_calls", "reward_calls", "samples")}
+        return {f"reward_model_{k}": now[k] - last.get(k, 0) for k in ("engine_calls", "reward_calls", "samples",
+                                                                          "busy_s")}
 
     def fleet_counts(self) -> dict:
         """The rollout workers now, and (rollout.fleet=elastic) how many joined and left so far."""

@@ -2,7 +2,8 @@
 added mid-run gets a rollout worker that holds the current weights and produces groups; drained (Ray's drain API,
 with a deadline) it leaves within the deadline; a second node added and then killed without notice takes its
 worker, the run goes on, and a third node replaces it. Nothing is lost or trained twice, and every step's samples
-score as the learner does."""
+score as the learner does. A second run, asynchronous with generation ahead of training, sees its joined worker
+leave as idle and no worker start again while generation stays ahead."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from rayrl.config import load_config
 from rayrl.placement import PlacementPlan
 from rayrl.trainer import train
 
-cfg = load_config(None, sys.argv[2:])
+cfg = load_config(None, sys.argv[3:])
 head_cpus = PlacementPlan(cfg).total_cpus  # the run's placement group fills the head: no room for a second worker
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "include_dashboard": False})
 ray.init(address=cluster.address)
@@ -91,11 +92,30 @@ def scenario():
     except Exception as err:  # the test names it
         events.append({"error": repr(err)})
 
+def idle_scenario():
+    try:
+        wait_for(lambda: (last("step") or 0) >= 3)
+        node = cluster.add_node(num_cpus=1)
+        events.append({"added": node.node_id, "at": time.time()})
+        wait_for(lambda: last("fleet_size") == 2)
+        producing("rollout-1")
+        wait_for(lambda: last("fleet_size") == 1)  # generation ahead for a window: the joined worker leaves
+        left = last("step")
+        wait_for(lambda: last("step") >= left + 20)  # the node has room, but generation is still ahead
+        events.append({"sizes_after_leave": sorted({r.get("fleet_size") for r in steps_after(left)})})
+        events.append({"done": True, "at": time.time()})
+    except Exception as err:
+        events.append({"error": repr(err)})
+
+def steps_after(step):
+    recs = [json.loads(l) for l in open(metrics).read().splitlines() if l.endswith("}")]
+    return [r for r in recs if r.get("step", 0) > step]
+
 out = {}
-run = load_config(None, sys.argv[2:] + ["scheduler.type=ray", f"scheduler.address={cluster.address}"])
+run = load_config(None, sys.argv[3:] + ["scheduler.type=ray", f"scheduler.address={cluster.address}"])
 trainer = threading.Thread(target=lambda: out.update(train(run)))  # nodes start from the main thread (signals)
 trainer.start()
-scenario()
+{"main": scenario, "idle": idle_scenario}[sys.argv[2]]()
 trainer.join()
 summary = out
 print("RESULT " + json.dumps({"summary": {k: summary[k] for k in ("steps", "groups", "fleet")}, "events": events}))
@@ -108,22 +128,37 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_workers_join_new_nodes_leave_drained_and_lost_ones_and_nothing_is_lost(tmp_path, model_cache):
-    run_dir = tmp_path / "elastic"
-    args = [f"demo.cache_dir={model_cache}", f"metrics.run_dir={tmp_path}", "metrics.run_name=elastic",
+def _run(run_dir: Path, scenario: str, model_cache, steps: int, *extra: str) -> tuple[dict, list]:
+    """The script in its own process: the run's summary (steps, groups, fleet) and the scenario's events."""
+    args = [f"demo.cache_dir={model_cache}", f"metrics.run_dir={run_dir.parent}", f"metrics.run_name={run_dir.name}",
             "metrics.progress=false", "rollout.batch_size=8", "rollout.group_size=4", "data.eval_size=16",
-            "learner.total_steps=700", "rollout.max_staleness=0", "checkpoint.save_final=false",
-            "checkpoint.every_steps=0", "algorithm.dynamic_sampling=false", "rollout.fleet=elastic",
-            "rollout.max_workers=2", "rollout.fleet_check_s=0.5", "scheduler.include_dashboard=false"]
-    # steps take ~0.06 s: the run must outlast the scenario (node starts, a drain, a death seen), ~40 s
+            f"learner.total_steps={steps}", "checkpoint.save_final=false", "checkpoint.every_steps=0",
+            "algorithm.dynamic_sampling=false", "rollout.fleet=elastic", "rollout.max_workers=2",
+            "rollout.fleet_check_s=0.5", "scheduler.include_dashboard=false", *extra]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(run_dir / "metrics.jsonl"), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(run_dir / "metrics.jsonl"), scenario, *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=900)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     result = json.loads(lines[-1].removeprefix("RESULT "))
-    summary, events = result["summary"], result["events"]
-    assert any(e.get("done") for e in events), events  # every phase happened before the run ended
+    assert any(e.get("done") for e in result["events"]), result["events"]  # every phase happened in the run
+    return result["summary"], result["events"]
+
+
+def _nothing_lost(summary: dict, run_dir: Path, steps: int) -> list[dict]:
+    """The ledger balances and every trained task id is distinct; returns the trained records."""
+    g = summary["groups"]
+    assert g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"] + g["equal_rewards"], g
+    trained = _lines(run_dir / "trained.jsonl")
+    ids = [t for rec in trained for t in rec["tasks"]]
+    assert len(ids) == len(set(ids)) == steps * 8, "a task was trained twice or a step lost groups"
+    return trained
+
+
+def test_workers_join_new_nodes_leave_drained_and_lost_ones_and_nothing_is_lost(tmp_path, model_cache):
+    run_dir = tmp_path / "elastic"
+    # η = 0, steps take ~0.06 s: the run must outlast the scenario (node starts, a drain, a death seen), ~40 s
+    summary, events = _run(run_dir, "main", model_cache, 700, "rollout.max_staleness=0")
     fleet = summary["fleet"]
     joins, leaves = fleet["joins"], fleet["leaves"]
     assert [j["worker"] for j in joins] == ["rollout-1", "rollout-2", "rollout-3"], joins
@@ -131,12 +166,7 @@ def test_workers_join_new_nodes_leave_drained_and_lost_ones_and_nothing_is_lost(
     assert [(x["worker"], x["why"]) for x in leaves] == [("rollout-1", "drained"), ("rollout-2", "lost")], leaves
     assert leaves[0]["within_deadline"], leaves[0]
     assert fleet["size"] == 2  # the third node's worker, beside the placement group's
-    # nothing lost or trained twice: the ledger balances and every trained task id is distinct
-    g = summary["groups"]
-    assert g["produced"] == g["trained"] + g["unused"] + g["failed"] + g["dropped_stale"] + g["equal_rewards"], g
-    trained = _lines(run_dir / "trained.jsonl")
-    ids = [t for rec in trained for t in rec["tasks"]]
-    assert len(ids) == len(set(ids)) == 700 * 8, "a task was trained twice or a step lost groups"
+    trained = _nothing_lost(summary, run_dir, 700)
     # the joined workers generated with the current weights: at η = 0 every trained token is fresh, and each
     # step's worst gap to the learner's log-probs (fp32) stays at rounding, the steps with their groups included
     by_step = {r["step"]: r for r in _lines(run_dir / "metrics.jsonl") if "step" in r}
@@ -148,3 +178,18 @@ def test_workers_join_new_nodes_leave_drained_and_lost_ones_and_nothing_is_lost(
     print(f"first group after a node appeared: {[round(j['first_group_s'], 1) for j in joins]} s; drained worker "
           f"left in {leaves[0]['left_s']:.1f} s of a {leaves[0]['deadline_s']:.0f} s deadline; samples/s with one "
           f"worker {statistics.median(one):.0f}, with two {statistics.median(two):.0f}")
+
+
+def test_a_joined_worker_leaves_when_generation_runs_ahead_and_none_starts_while_it_does(tmp_path, model_cache):
+    # η = 4 and a learner made slow (eight optimizer steps a batch, small micro-batches, one thread): it never waits
+    run_dir = tmp_path / "idle"
+    summary, events = _run(run_dir, "idle", model_cache, 200, "rollout.max_staleness=4", "rollout.idle_leave_s=3",
+                           "learner.minibatches=8", "learner.max_tokens_per_micro_batch=64", "learner.threads=1")
+    fleet = summary["fleet"]
+    assert [j["worker"] for j in fleet["joins"]] == ["rollout-1"], fleet["joins"]
+    assert [(x["worker"], x["why"]) for x in fleet["leaves"]] == [("rollout-1", "idle")], fleet["leaves"]
+    assert fleet["leaves"][0]["busy_share"] * 2 <= 0.8, fleet["leaves"][0]
+    assert [e["sizes_after_leave"] for e in events if "sizes_after_leave" in e] == [[1]], events
+    assert fleet["size"] == 1
+    _nothing_lost(summary, run_dir, 200)
+    print(f"idle worker left after a window with each worker busy {fleet['leaves'][0]['busy_share']:.0%}")
