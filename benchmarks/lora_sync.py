@@ -24,7 +24,9 @@ from rayrl.driver import ActorSystem
 from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
 
-VARIANTS = {"full": ["lora.enabled=false"], "lora": ["lora.enabled=true", "lora.rank=16"]}
+VARIANTS = {"full": ["lora.enabled=false"], "lora": ["lora.enabled=true", "lora.rank=16"],
+            # vLLM: the adapters reloaded from a directory at every sync, against lora's in-place write to its slot
+            "lora-reload": ["lora.enabled=true", "lora.rank=16", "lora.vllm_sync=reload"]}
 
 
 def gpu_overrides(model: Path) -> list[str]:
@@ -52,8 +54,12 @@ def measure(overrides: list[str], steps: int, hot: int, name: str) -> dict:
             train_s.append(time.perf_counter() - t0)
             peak = max(peak, stats.get("mem_train_gb", 0.0))
             syncs.append(ray.get(system.broadcaster.sync.remote()).seconds)
-        hot_s = [ray.get(system.broadcaster.sync.remote()).seconds for _ in range(hot)]
-        return {"bytes": system.weight_sync["bytes"], "share_of_model": system.weight_sync["share_of_model"],
+        hot_s, writes = [], []
+        for _ in range(hot):
+            hot_s.append(ray.get(system.broadcaster.sync.remote()).seconds)
+            writes.append(ray.get(rollout.sync_report.remote()))  # vLLM: which path wrote the weights, its seconds
+        return {"path": writes[-1].get("path"),
+                "engine_write_s_median": statistics.median(w.get("seconds", float("nan")) for w in writes),"bytes": system.weight_sync["bytes"], "share_of_model": system.weight_sync["share_of_model"],
                 "tensors": system.weight_sync["tensors"], "sync_s_median": statistics.median(syncs[1:] or syncs),
                 "hot_sync_s_median": statistics.median(hot_s), "train_s_median": statistics.median(train_s[1:] or train_s),
                 "mem_train_gb_peak": peak}
@@ -66,6 +72,7 @@ def main() -> None:
     p.add_argument("--smoke", action="store_true", help="CPU: the demo model and the hf engine")
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--hot", type=int, default=5)
+    p.add_argument("--variants", default="full,lora,lora-reload", help=f"some of {', '.join(VARIANTS)}")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
     if args.smoke:
@@ -74,14 +81,20 @@ def main() -> None:
         model = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-1.5b", chars=TEXT_CHARS, **QWEN2_1_5B_SHAPE)
         base = gpu_overrides(model)
     rows = []
-    for variant, extra in VARIANTS.items():
-        rows.append({"variant": variant, **measure([*base, *extra, *args.overrides], args.steps, args.hot,
-                                                   f"lora-sync-{variant}")})
+    for variant in args.variants.split(","):
+        rows.append({"variant": variant, **measure([*base, *VARIANTS[variant], *args.overrides], args.steps,
+                                                   args.hot, f"lora-sync-{variant}")})
     ray.shutdown()
-    full, lora = rows
-    summary = {"sync_bytes_ratio": lora["bytes"] / full["bytes"],
-               "hot_sync_ratio": lora["hot_sync_s_median"] / full["hot_sync_s_median"],
-               "mem_ratio": lora["mem_train_gb_peak"] / full["mem_train_gb_peak"] if full["mem_train_gb_peak"] else None}
+    by = {r["variant"]: r for r in rows}
+    summary = {}
+    if "full" in by and "lora" in by:
+        full, lora = by["full"], by["lora"]
+        summary = {"sync_bytes_ratio": lora["bytes"] / full["bytes"],
+                   "hot_sync_ratio": lora["hot_sync_s_median"] / full["hot_sync_s_median"],
+                   "mem_ratio": lora["mem_train_gb_peak"] / full["mem_train_gb_peak"] if full["mem_train_gb_peak"]
+                   else None}
+    if "lora" in by and "lora-reload" in by:
+        summary["in_place_over_reload"] = by["lora"]["hot_sync_s_median"] / by["lora-reload"]["hot_sync_s_median"]
     print_table(rows, list(rows[0]))
     print(summary)
     if not args.smoke:

@@ -10,6 +10,8 @@
 #                                 baseline-0.5b: rollout_throughput and learner_mfu on async_vs_sync's 0.5B setting
 #                                 lora: LoRA against full fine-tuning on the 1.5B shape (sync bytes and time,
 #                                 learner memory; lora_sync; needs peft staged)
+#                                 lora-in-place: vLLM's LoRA slot written in place against its adapter reloaded
+#                                 from a directory, each sync (lora_sync --variants lora,lora-reload)
 #                                 lora-export: a LoRA learner's merged export and adapter directory sampled by vLLM
 #                                 (tests/gpu/test_lora_gpu.py; needs peft staged)
 #                                 weight-sync: sync.transport=ipc against a device copy of the same bytes (weight_sync)
@@ -67,7 +69,9 @@ run_mode() {
   mfu-variants) CUDA_VISIBLE_DEVICES=0 step learner_mfu 400 python3 -m benchmarks.learner_mfu --commit "$commit" \
     --steps 3 --runs "${RUNS:-fsdp:packed:16384:compile,fsdp:packed:32768:compile:learner.logprob_chunk_tokens=8192}" ;;
   lora-export) CUDA_VISIBLE_DEVICES=0 step test_lora_gpu 400 python3 -m pytest -q -s -m gpu tests/gpu/test_lora_gpu.py -rxX ;;
-  lora) CUDA_VISIBLE_DEVICES=0 step lora_sync 580 python3 -m benchmarks.lora_sync --commit "$commit" ;;
+  lora) CUDA_VISIBLE_DEVICES=0 step lora_sync 580 python3 -m benchmarks.lora_sync --commit "$commit" --variants full,lora ;;
+  lora-in-place) CUDA_VISIBLE_DEVICES=0 step lora_sync 500 python3 -m benchmarks.lora_sync --commit "$commit" \
+    --variants lora,lora-reload --steps 2 --hot 10 ;;
   baseline-0.5b)  # async_vs_sync's one-GPU shape alone: raw vLLM at its memory share, the learner at its lengths
     CUDA_VISIBLE_DEVICES=0 step rollout_throughput 300 python3 -m benchmarks.rollout_throughput --commit "$commit" \
       --shape 0.5b --prompts 256 --max-tokens 128 --memory-share 0.3 --kv-cache-gb 8 --repeats 5
@@ -125,7 +129,7 @@ run_mode() {
       vllm.enforce_eager=true metrics.run_dir=/tmp/gpu-runs metrics.progress=false checkpoint.save_final=false
     ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
-  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-export, judge, bitwise-test, bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }
 

@@ -263,6 +263,8 @@ class LoraConfig(_Section):
     target_modules: list[str] = F(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                                   "Linear layers that get an adapter.", min_length=1)
     base_dtype: Literal["float32", "bfloat16"] = F("float32", "The learner's frozen base; adapters and Adam stay fp32.")
+    vllm_sync: Literal["in_place", "reload"] = F("in_place", "vLLM: adapters written into its LoRA slot, or a directory "
+                                                 "it reloads, each sync.")
 
 
 ALGORITHM_ALIASES = {"DR-GRPO": "dr_grpo", "DR_GRPO": "dr_grpo", "REINFORCE++": "reinforce_pp"}

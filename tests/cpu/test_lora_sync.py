@@ -16,7 +16,8 @@ from rayrl.models.lora import is_adapter
 def test_lora_sync_carries_only_the_adapters_and_the_engine_samples_with_them(ray_cluster, make_cfg, engine):
     """lora.enabled: after each sync the engine's log-probs of its own samples equal the learner's (fp32, 1e-5);
     with the sync skipped after a step they do not, so the check would catch an engine left on an old adapter.
-    vLLM samples with the adapters as its own LoRA (enable_lora), reloaded in place at each sync."""
+    vLLM samples with the adapters as its own LoRA (enable_lora): loaded from a directory at the first sync,
+    written into its LoRA slot at the later ones."""
     s = ActorSystem(make_cfg("lora.enabled=true", "lora.rank=4", "learner.lr=1e-2", *engine),
                     f"lora-sync-{engine[0].split('=')[1]}")
     try:
@@ -31,12 +32,16 @@ def test_lora_sync_carries_only_the_adapters_and_the_engine_samples_with_them(ra
             return gap, groups
 
         plan = ray.get(learner.weight_plan.remote(1 << 30))  # what every sync sends: the adapters only
-        for step in (1, 2):
+        paths = []
+        for step in (1, 2, 3):
             gap, groups = worst_gap()
             assert gap <= 1e-5, f"version {step - 1}: max |rollout - learner| log-prob = {gap}"
             s.learners.train([[reward.score.remote(g)] for g in groups])
             synced = ray.get(s.broadcaster.sync.remote())
             assert synced.n_bytes == plan.n_bytes and all(is_adapter(sp.name) for b in plan.buckets for sp in b)
+            paths.append(ray.get(rollout.sync_report.remote()).get("path"))
+        if engine[0] == "rollout.engine=vllm":
+            assert paths == ["lora_reload", "lora_in_place", "lora_in_place"], paths
         gap, groups = worst_gap()
         assert gap <= 1e-5
         s.learners.train([[reward.score.remote(g)] for g in groups])  # a step, no sync

@@ -16,6 +16,7 @@ from vllm.distributed.weight_transfer.base import (
 )
 from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
+from rayrl.engines.rollout.vllm_lora_slots import LoraSlotsExtension
 from rayrl.engines.transport.base import BucketPlan, GroupInfo
 from rayrl.engines.transport.gloo import GlooTransport
 
@@ -74,7 +75,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         raise NotImplementedError("the learner sends through rayrl.engines.transport.gloo.GlooTransport")
 
 
-class RayrlWorkerExtension:
+class RayrlWorkerExtension(LoraSlotsExtension):
     """Mixed into vLLM's worker (worker_extension_cls); importing this module registers the engine."""
 
 

@@ -14,11 +14,22 @@ import msgspec
 import torch
 
 from rayrl.engines.rollout.direct_write import DirectWriter, plan_slots
+from rayrl.engines.rollout.vllm_lora_slots import LoraSlotsExtension
 from rayrl.engines.transport.ipc import IpcPayload, IpcTransport
 
 
-class RayrlIpcExtension:
+class RayrlIpcExtension(LoraSlotsExtension):
     """Mixed into vLLM's worker class: `self` is the worker, which holds the model runner."""
+
+    def rayrl_receive_lora_ipc(self, payload: dict, scaling: float) -> dict:
+        """lora.enabled: the learner's adapter buckets, opened here and written into vLLM's LoRA slot."""
+        t0 = time.perf_counter()
+        payload = msgspec.convert(payload, IpcPayload)
+        if not hasattr(self, "_rayrl_lora_ipc"):
+            self._rayrl_lora_ipc = IpcTransport()
+        written = self._rayrl_lora_slots().write(self._rayrl_lora_ipc.receive(payload), scaling)
+        torch.cuda.synchronize()  # done reading before the learner may write the buckets again
+        return {"path": "lora_in_place", "tensors": written, "seconds": time.perf_counter() - t0}
 
     def rayrl_receive_ipc(self, payload: dict) -> dict:
         t0 = time.perf_counter()

@@ -1,19 +1,24 @@
-"""lora.enabled on vLLM: the adapter tensors of a sync arrive in the rollout engine's own process over the run's
-transport (the engine is one rank of the sync group, whatever vLLM's tensor parallelism), are written as a PEFT
-adapter directory, and vLLM reloads them in place under one LoRA id. Requests carry that id, so running requests
-go on with the new adapters after the update, as they do with full weights."""
+"""lora.enabled on vLLM: the first sync's adapters are written as a PEFT adapter directory that vLLM loads under one
+LoRA id; after it (lora.vllm_sync=in_place) each sync's adapters go straight into that adapter's slot in vLLM's
+LoRA buffers (sync.transport=ipc: the worker opens the learner's buckets; otherwise they arrive in the engine's
+process, the engine being one rank of the sync group, and reach the worker through vLLM's RPC); with reload,
+every sync writes the directory and vLLM reloads it in place. Requests carry that id, so running requests go on
+with the new adapters after the update, as they do with full weights."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
 import tempfile
+import time
 from pathlib import Path
+
+import msgspec
 
 from rayrl.config import LoraConfig
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
-
-LORA_ID = 1  # one adapter slot, reloaded in place at every sync
+from rayrl.engines.rollout.vllm_lora_slots import LORA_ID, to_wire
+from rayrl.engines.rollout.vllm_weight_sync import IPC_EXTENSION, WORKER_EXTENSION
 LORA_NAME = "rayrl-policy"
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
@@ -33,30 +38,47 @@ class VLLMAdapterSync:
         self.root = Path(tempfile.mkdtemp(prefix="rayrl-lora-", dir=shm if shm.is_dir() else None))
         self.transport = None
         self.request = None
-        self.last_receive: dict = {}
+        self.last_receive: dict = {}  # which path the last sync took (lora_in_place, lora_reload) and its seconds
+        self.started = 0.0
 
     def engine_args(self) -> dict:
         rank = next(r for r in VLLM_LORA_RANKS if r >= self.section.rank)  # the rule lora_rank_fits_vllm holds
-        return {"enable_lora": True, "max_lora_rank": rank, "max_loras": 1}
+        extension = IPC_EXTENSION if self.transport_name == "ipc" else WORKER_EXTENSION
+        return {"enable_lora": True, "max_lora_rank": rank, "max_loras": 1, "worker_extension_cls": extension}
 
     async def init(self, llm, group_info) -> None:
         self.transport = resolve(WEIGHT_TRANSPORTS, self.transport_name, "sync.transport")()
         await asyncio.to_thread(self.transport.init, group_info)
 
     async def start(self, llm) -> None:
-        """Nothing to open in vLLM: the adapters are read from their directory at finish."""
+        """Nothing to open in vLLM: the adapters go to its LoRA slot at receive, or are reloaded at finish."""
 
     async def receive(self, llm, meta) -> None:
         if self.transport is None:
             raise RuntimeError("receive_weights before init_weight_transfer")
-        await asyncio.to_thread(self._write, meta)
+        self.started = time.perf_counter()
+        if self.request is None or self.section.vllm_sync == "reload":
+            await asyncio.to_thread(self._write, meta)
+            self.last_receive = {"path": "lora_reload"}
+            return
+        scaling = self.section.alpha / self.section.rank
+        if self.transport_name == "ipc":
+            payload = msgspec.to_builtins(meta, builtin_types=(bytes,))  # plain data: no pickle in vLLM's RPC
+            self.last_receive = (await llm.collective_rpc("rayrl_receive_lora_ipc", args=(payload, scaling)))[0]
+            return
+        items = await asyncio.to_thread(lambda: to_wire(self.transport.receive(meta)))
+        written = (await llm.collective_rpc("rayrl_write_lora", args=(items, scaling)))[0]
+        self.last_receive = {"path": "lora_in_place", "tensors": written}
+
+    def _tensors(self, meta) -> dict:
+        return {peft_key(n): t.detach().to("cpu", copy=True).contiguous() for n, t in self.transport.receive(meta)}
 
     def _write(self, meta) -> None:
         """The adapters as PEFT's directory: adapter_config.json and adapter_model.safetensors."""
         from peft import LoraConfig as PeftLoraConfig
         from safetensors.torch import save_file
 
-        tensors = {peft_key(n): t.detach().to("cpu", copy=True).contiguous() for n, t in self.transport.receive(meta)}
+        tensors = self._tensors(meta)
         s = self.section
         fresh = self.root / "next"
         shutil.rmtree(fresh, ignore_errors=True)
@@ -69,9 +91,11 @@ class VLLMAdapterSync:
     async def finish(self, llm, version: int) -> None:
         from vllm.lora.request import LoRARequest
 
-        path = str(self.root / "current")
-        await llm.add_lora(LoRARequest(LORA_NAME, LORA_ID, path, load_inplace=True))
-        self.request = LoRARequest(LORA_NAME, LORA_ID, path)
+        if self.last_receive.get("path") == "lora_reload":
+            path = str(self.root / "current")
+            await llm.add_lora(LoRARequest(LORA_NAME, LORA_ID, path, load_inplace=True))
+            self.request = LoRARequest(LORA_NAME, LORA_ID, path)
+        self.last_receive["seconds"] = time.perf_counter() - self.started
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
