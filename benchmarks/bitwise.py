@@ -158,6 +158,12 @@ def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, ta
     return {"mode": "bitwise" if bitwise else "normal", "steps": len(steps_),
             "mismatch_max": [s["mismatch_max"] for s in steps_],
             "mismatch_tokens": [s["mismatch_tokens"] for s in steps_],
+            # after each sync, per tensor: vLLM's rows against what the learner sent, and the tensors the learner's
+            # scoring forward read against the same (None: no check that step)
+            "sync_unequal_tensors": [s.get("sync_unequal_tensors") for s in steps_],
+            "sync_unequal_names": [s.get("sync_unequal_names") for s in steps_],
+            "view_unequal_tensors": [s.get("bitwise_view_unequal") for s in steps_],
+            "view_checked_tensors": [s.get("bitwise_view_checked") for s in steps_],
             "rollout_tokens_per_s": sum(s["tokens"] for s in steps_) / sum(s["wait_s"] for s in steps_),
             "learner_mfu": 6 * n_params * sum(s["tokens"] for s in steps_) / sum(s["train_s"] for s in steps_)
             / H200_BF16_PEAK, "step_s_median": statistics.median(s["step_s"] for s in steps_)}

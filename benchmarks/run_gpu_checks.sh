@@ -21,6 +21,7 @@
 #                                 judge: the same recipe with a vLLM judge (the random model, 8-token verdicts) inside
 #                                 the rollout worker's bundle: its busy time per step against generation's
 #                                 bitwise-test: tests/gpu/test_bitwise_gpu.py (vLLM batch-invariant, learner log-probs equal)
+#                                 bitwise-steps: its recipe steps alone, with the per-tensor checks after each sync
 #                                 bitwise: benchmarks/bitwise.py (that check, then the recipe normal vs bitwise)
 #                                 async: async_vs_sync --gpus 1, η = 0,1,2,4 once (vLLM and FSDP2 sharing the GPU);
 #                                 async-reverse: the same with η = 4,2,1,0 (merge the two: async_vs_sync --merge);
@@ -83,6 +84,8 @@ run_mode() {
   agent) CUDA_VISIBLE_DEVICES=0 step gpu_agent_check 400 python3 -m benchmarks.gpu_agent_check --commit "$commit" ;;
   weight-sync) CUDA_VISIBLE_DEVICES=0 step weight_sync 420 python3 -m benchmarks.weight_sync --commit "$commit" --transport ipc ;;
   bitwise-test) CUDA_VISIBLE_DEVICES=0 step test_bitwise 580 python3 -m pytest -q -s -m gpu tests/gpu/test_bitwise_gpu.py -rxX ;;
+  bitwise-steps) CUDA_VISIBLE_DEVICES=0 step test_bitwise_steps 400 python3 -m pytest -q -s -m gpu \
+    tests/gpu/test_bitwise_gpu.py -k every_training_step -rxX ;;
   bitwise) CUDA_VISIBLE_DEVICES=0 step bitwise 580 python3 -m benchmarks.bitwise --commit "$commit" ;;
   async|async-reverse)
     order=(); [ "$1" = async-reverse ] && order=(--reverse-first)
@@ -129,7 +132,7 @@ run_mode() {
       vllm.enforce_eager=true metrics.run_dir=/tmp/gpu-runs metrics.progress=false checkpoint.save_final=false
     ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
-  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise-steps, bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }
 

@@ -189,8 +189,10 @@ class RolloutFleet:
         out = {"mem_sync_gb": report.get("mem_sync_gb", 0.0)}
         if "path" in report:
             out.update(sync_path=report["path"], sync_write_s=report["seconds"])
-            if report["why"]:  # why vLLM's load_weights took the weights instead of the direct write
+            if report.get("why"):  # why vLLM's load_weights took the weights instead of the direct write
                 out["sync_path_why"] = report["why"]
+            if "unequal_tensors" in report:  # bitwise mode: vLLM's rows against what the learner sent
+                out.update(sync_unequal_tensors=report["unequal_tensors"], sync_unequal_names=report["unequal_names"])
         return out
 
     def stop(self) -> tuple[dict, dict]:

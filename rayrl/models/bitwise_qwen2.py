@@ -17,6 +17,16 @@ from rayrl.models.bitwise_ops import add_rms_norm, paged_attention, rms_norm, ro
 VOCAB_PAD = 64  # vLLM pads its embedding and lm_head rows to a multiple of this
 
 
+def digests(tensors: list[torch.Tensor]) -> list[tuple[int, int]]:
+    """Per tensor, the sum and the sum of squares of its bits as integers: equal tensors give equal digests, and a
+    changed element changes them (a check of weights handed over, not a cryptographic hash)."""
+    sums = []
+    for t in tensors:
+        bits = t.detach().contiguous().view(-1).view(torch.int16 if t.element_size() == 2 else torch.int32).long()
+        sums.append(torch.stack([bits.sum(), (bits * bits).sum()]))
+    return [tuple(x) for x in torch.stack(sums).tolist()] if sums else []
+
+
 def _bf16(p: torch.Tensor) -> torch.Tensor:
     """FSDP2 hands bf16 parameters to the forward; a plain learner keeps fp32 masters and casts (differentiably)."""
     return p if p.dtype == torch.bfloat16 else p.to(torch.bfloat16)
@@ -47,6 +57,7 @@ class BitwiseQwen2(nn.Module):
         self.padded_vocab = math.ceil(c.vocab_size / VOCAB_PAD) * VOCAB_PAD
         self.block_size, self.base, self.checkpointing = block_size, _rope_base(c), False
         self._cache: torch.Tensor | None = None
+        self.seen: dict[str, tuple[int, int]] | None = None  # set to {}: the next forward's weight digests go here
 
     def get_output_embeddings(self):
         return self.lm_head
@@ -58,6 +69,9 @@ class BitwiseQwen2(nn.Module):
                 **_) -> CausalLMOutput:
         """A packed row (cu_seq_lens_q) or padded rows (attention_mask, each row's tokens contiguous);
         logits in bf16 over the real vocabulary, shaped like input_ids."""
+        if self.seen is not None and not self.seen:  # the bf16 weights this forward reads, as digests
+            names, views = zip(*((n, _bf16(p)) for n, p in self.named_parameters()))
+            self.seen.update(zip(names, digests(list(views))))
         b, length = input_ids.shape
         keep = None
         if cu_seq_lens_q is None:

@@ -7,6 +7,7 @@ global tokens × world size, and data parallelism averages the gradients.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,12 +28,14 @@ from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatche
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
 from rayrl.models.bitwise_ops import enable_batch_invariant_kernels
-from rayrl.models.bitwise_qwen2 import BitwiseQwen2
+from rayrl.models.bitwise_qwen2 import BitwiseQwen2, digests
 from rayrl.models.lora import ADAPTER_DIR, add_adapters, export_adapter, is_adapter, merged_state
 from rayrl.models.policy import load_policy
 from rayrl.types import Batch
 
 STATE_FILE = "learner_state.pt"  # version, LR schedule and RNG, beside the backend's own files
+
+log = logging.getLogger("rayrl")
 
 
 @dataclass
@@ -96,6 +99,7 @@ class Learner:
         self.backend: LearnerBackend = backend_cls(lc, model, ref, self.device)
         self.offloaded = False  # optimizer state in host memory (learner.offload_optimizer), until the next step
         self.version = 0
+        self.sent: dict[str, tuple[int, int]] | None = None  # bitwise mode: the last sync's tensors, as digests
         # one optimizer step per batch: the proximal policy is the one the loss's forward runs, so its log-probs
         # are that forward's, detached; no scoring pass (kl_in_reward needs them before the advantages; the
         # bitwise mode keeps the scoring pass it was verified with)
@@ -122,6 +126,8 @@ class Learner:
         alg = self.alg
         mismatch = MismatchMeter()
         kl = torch.zeros_like(batch.loss_mask) if alg.beta > 0 and alg.kl_in_reward else None
+        if self.sent is not None:  # bitwise mode after a sync: the scoring forward notes the weights it reads
+            self.backend.model.seen = {}
         with torch.no_grad():
             for mb in mbs:
                 if alg.off_policy_correction and not self.prox_from_loss:
@@ -149,6 +155,7 @@ class Learner:
         mbs = microbatches(batch, lc.max_tokens_per_micro_batch, packs_sequences(lc, self.device))
         mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
         mismatch, kl = self._score(mbs, batch)
+        seen = self._weights_seen()
         batch.advantages, self.last_returns = advantages(rewards, batch.group_index, mask, alg, kl, values)
         if dp.max(int(not torch.isfinite(batch.advantages).all())):  # every rank agrees, before any backward
             return self._skipped("advantages", mbs, mismatch)
@@ -186,7 +193,7 @@ class Learner:
             losses.append(dp.sum(total))
         self.version += 1
         return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
-                "micro_batches": len(mbs), "skipped": "", **mismatch.result(),
+                "micro_batches": len(mbs), "skipped": "", **mismatch.result(), **seen,
                 **{k: float(v) for k, v in extra.items()}}
 
     def _skipped(self, cause: str, mbs: list, mismatch: MismatchMeter) -> dict[str, float]:
@@ -214,7 +221,32 @@ class Learner:
         """What a weight sync sends: every parameter, or with LoRA only the adapters. Collective on sharded
         backends: every rank walks it in lockstep."""
         weights = self.backend.named_full_weights()
+        if self.setup.bitwise:
+            return self._noting_sent(weights)
         return weights if self.lora is None else ((n, t) for n, t in weights if is_adapter(n))
+
+    def _noting_sent(self, weights: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        """Bitwise mode: each tensor's digest as the sync sends it (bf16, the rule's sync.dtype)."""
+        sent = {}
+        for name, t in weights:
+            sent[name] = digests([t.to(torch.bfloat16)])[0]
+            yield name, t
+        self.sent = sent
+
+    def _weights_seen(self) -> dict:
+        """Bitwise mode, the first step after a sync: how many tensors the scoring forward read differ from what
+        the sync sent (0: the rollout engine and the learner scored with the same weights)."""
+        model, sent = self.backend.model, self.sent
+        seen, self.sent = getattr(model, "seen", None), None
+        if seen is not None:
+            model.seen = None
+        if not seen or sent is None:
+            return {}
+        unequal = [n for n in sent if n in seen and seen[n] != sent[n]]
+        if unequal:
+            log.warning("the scoring forward read %d tensors that differ from the last sync's, e.g. %s",
+                        len(unequal), unequal[:3])
+        return {"bitwise_view_unequal": len(unequal), "bitwise_view_checked": sum(n in seen for n in sent)}
 
     def weight_specs(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
         specs = self.backend.weight_specs()

@@ -9,10 +9,12 @@ same two kernels the learner runs. One extension per weight transport, so the mo
 
 from __future__ import annotations
 
+import msgspec
 import torch
 
 from rayrl.engines.rollout.vllm_gloo_engine import RayrlWorkerExtension
 from rayrl.engines.rollout.vllm_ipc_extension import RayrlIpcExtension
+from rayrl.engines.transport.ipc import IpcPayload
 
 
 def use_fixed_order_residual_norm() -> None:
@@ -42,7 +44,20 @@ class BitwiseGlooExtension(RayrlWorkerExtension):
 
 
 class BitwiseIpcExtension(RayrlIpcExtension):
-    """sync.transport=ipc."""
+    """sync.transport=ipc; after each direct write, every parameter row compared with the tensor the learner sent
+    (unequal_tensors in the sync's report: 0 when vLLM holds exactly what the learner sent)."""
+
+    def rayrl_receive_ipc(self, payload: dict) -> dict:
+        out = super().rayrl_receive_ipc(payload)
+        writer = self._rayrl_writer[0]
+        if writer is None:
+            return out
+        runner = self.model_runner
+        params = dict((runner.get_model() if hasattr(runner, "get_model") else runner.model).named_parameters())
+        sent = self._rayrl_ipc.receive(msgspec.convert(payload, IpcPayload))
+        unequal = [s.name for s, (_, t) in zip(writer.slots, sent)
+                   if not torch.equal(params[s.param].data[s.start: s.stop], t)]
+        return {**out, "unequal_tensors": len(unequal), "unequal_names": unequal[:4]}
 
 
 use_fixed_order_residual_norm()
