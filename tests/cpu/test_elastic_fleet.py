@@ -65,29 +65,27 @@ def drain(node, seconds):
     reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
     return gcs.drain_node(node.node_id, reason, "a preemptible node's notice", int((time.time() + seconds) * 1000))
 
+def join_a_node(worker):  # a node added: its worker joins and its groups are trained
+    node = cluster.add_node(num_cpus=1)
+    events.append({"added": node.node_id, "at": time.time()})
+    wait_for(lambda: last("fleet_size") == 2)
+    producing(worker)
+    return node
+
 def scenario():
     try:
         wait_for(lambda: (last("step") or 0) >= 3)
-        first = cluster.add_node(num_cpus=1)
-        events.append({"added": first.node_id, "at": time.time()})
-        wait_for(lambda: last("fleet_size") == 2)
-        producing("rollout-1")
+        first = join_a_node("rollout-1")
         start = last("step")
         wait_for(lambda: last("step") >= start + 4)  # a few steps with two workers
         events.append({"drain": first.node_id, "at": time.time(), "accepted": drain(first, 30)[0]})
         wait_for(lambda: last("fleet_size") == 1)
         cluster.remove_node(first)  # what the preemption does at the deadline
-        second = cluster.add_node(num_cpus=1)
-        events.append({"added": second.node_id, "at": time.time()})
-        wait_for(lambda: last("fleet_size") == 2)
-        producing("rollout-2")
+        second = join_a_node("rollout-2")
         cluster.remove_node(second, allow_graceful=False)  # no notice
         events.append({"killed": second.node_id, "at": time.time()})
         wait_for(lambda: last("fleet_size") == 1)
-        third = cluster.add_node(num_cpus=1)  # capacity returns: the lost worker is replaced there
-        events.append({"added": third.node_id, "at": time.time()})
-        wait_for(lambda: last("fleet_size") == 2)
-        producing("rollout-3")
+        join_a_node("rollout-3")  # capacity returns: the lost worker is replaced there
         events.append({"done": True, "at": time.time()})
     except Exception as err:  # the test names it
         events.append({"error": repr(err)})
@@ -95,10 +93,7 @@ def scenario():
 def idle_scenario():
     try:
         wait_for(lambda: (last("step") or 0) >= 3)
-        node = cluster.add_node(num_cpus=1)
-        events.append({"added": node.node_id, "at": time.time()})
-        wait_for(lambda: last("fleet_size") == 2)
-        producing("rollout-1")
+        join_a_node("rollout-1")
         wait_for(lambda: last("fleet_size") == 1)  # generation ahead for a window: the joined worker leaves
         left = last("step")
         wait_for(lambda: last("step") >= left + 20)  # the node has room, but generation is still ahead
