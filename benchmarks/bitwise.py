@@ -150,6 +150,7 @@ def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, ta
                  "learner.lr_warmup_steps=0", "rollout.batch_size=16", "rollout.temperature=1.0", "data.eval_size=32",
                  "vllm.enforce_eager=true", "algorithm.dynamic_sampling=false", "scheduler.include_dashboard=false",
                  f"metrics.run_dir={out}", f"metrics.run_name={tag}", "metrics.progress=false",
+                 "checkpoint.save_final=false", "checkpoint.every_steps=0",
                  f"rollout.bitwise_on_policy={str(bitwise).lower()}", *extra]
     summary = train(load_config("recipes/gsm8k_grpo_1gpu.yaml", overrides))
     steps_ = [r for r in map(json.loads, (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines())

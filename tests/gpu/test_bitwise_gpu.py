@@ -45,11 +45,13 @@ def test_the_bitwise_forward_has_the_normal_forwards_gradient(engine_row):
 
 
 @pytest.mark.xfail(strict=True, reason="measured on one H200: step 1 mismatch_max 4.77e-7, steps 2-4 after "
-                   "weight syncs 0.073-0.077 (learner.lr=1e-6); with learner.lr=1e-30 every step stays at 4.77e-7, so "
-                   "after an update vLLM's weights and the learner's forward differ by a step, not by a kernel")
+                   "weight syncs 0.078-0.082 (learner.lr=1e-6), while every one of vLLM's 338 parameters equals what "
+                   "the learner sent after each sync (sync_unequal_tensors 0); with learner.lr=1e-30 every step stays "
+                   "at 4.77e-7: the learner's forward after an update is the suspect (bitwise_view_unequal)")
 def test_every_training_step_is_exactly_on_policy(model_and_data, tmp_path):
     run = recipe(*model_and_data, tmp_path, bitwise=True, steps=4, tag="bitwise")
     print(run, "->", write_result("bitwise_check", {"recipe": run}))
     assert run["steps"] == 4
     assert min(run["mismatch_tokens"]) >= 2000, run
+    assert run["sync_unequal_tensors"] == [0] * 4, run  # after each sync vLLM holds what the learner sent
     assert run["mismatch_max"] == [0.0] * 4, run  # steps 2-4 follow 1-3 weight syncs

@@ -226,12 +226,12 @@ class Learner:
         return weights if self.lora is None else ((n, t) for n, t in weights if is_adapter(n))
 
     def _noting_sent(self, weights: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
-        """Bitwise mode: each tensor's digest as the sync sends it (bf16, the rule's sync.dtype)."""
-        sent = {}
+        """Bitwise mode: each tensor's digest as the sync sends it (bf16, the rule's sync.dtype). Filled as the
+        transport takes them: it stops asking after the last tensor, so nothing after this loop would run."""
+        self.sent = {}
         for name, t in weights:
-            sent[name] = digests([t.to(torch.bfloat16)])[0]
+            self.sent[name] = digests([t.to(torch.bfloat16)])[0]
             yield name, t
-        self.sent = sent
 
     def _weights_seen(self) -> dict:
         """Bitwise mode, the first step after a sync: how many tensors the scoring forward read differ from what
