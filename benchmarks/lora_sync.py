@@ -59,7 +59,8 @@ def measure(overrides: list[str], steps: int, hot: int, name: str) -> dict:
             hot_s.append(ray.get(system.broadcaster.sync.remote()).seconds)
             writes.append(ray.get(rollout.sync_report.remote()))  # vLLM: which path wrote the weights, its seconds
         return {"path": writes[-1].get("path"),
-                "engine_write_s_median": statistics.median(w.get("seconds", float("nan")) for w in writes),"bytes": system.weight_sync["bytes"], "share_of_model": system.weight_sync["share_of_model"],
+                "engine_write_s_median": statistics.median(w.get("seconds", float("nan")) for w in writes),
+                "bytes": system.weight_sync["bytes"], "share_of_model": system.weight_sync["share_of_model"],
                 "tensors": system.weight_sync["tensors"], "sync_s_median": statistics.median(syncs[1:] or syncs),
                 "hot_sync_s_median": statistics.median(hot_s), "train_s_median": statistics.median(train_s[1:] or train_s),
                 "mem_train_gb_peak": peak}

@@ -70,7 +70,7 @@ class ElasticScaler:
         self.hold = self.hold and share <= IDLE_BUSY_BAR
         if self.cfg.max_staleness > 0 and self.fleet.elastic and n > 1 and share * n / (n - 1) <= IDLE_BUSY_BAR:
             index, start = max(self.fleet.elastic), time.time()
-            record = self.fleet.leave(index, start + self.cfg.request_timeout_s, why="idle")
+            record = self.fleet.leave(index, start + self.cfg.idle_leave_s, why="idle")  # then its leftovers requeue
             record.update(node=self.where.pop(index), busy_share=share, left_s=time.time() - start)
             self.leaves.append(record)
             self.waiting_first.pop(index, None)

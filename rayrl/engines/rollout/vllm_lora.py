@@ -19,6 +19,7 @@ from rayrl.config import LoraConfig
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.rollout.vllm_lora_slots import LORA_ID, to_wire
 from rayrl.engines.rollout.vllm_weight_sync import IPC_EXTENSION, WORKER_EXTENSION
+
 LORA_NAME = "rayrl-policy"
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
@@ -70,15 +71,12 @@ class VLLMAdapterSync:
         written = (await llm.collective_rpc("rayrl_write_lora", args=(items, scaling)))[0]
         self.last_receive = {"path": "lora_in_place", "tensors": written}
 
-    def _tensors(self, meta) -> dict:
-        return {peft_key(n): t.detach().to("cpu", copy=True).contiguous() for n, t in self.transport.receive(meta)}
-
     def _write(self, meta) -> None:
         """The adapters as PEFT's directory: adapter_config.json and adapter_model.safetensors."""
         from peft import LoraConfig as PeftLoraConfig
         from safetensors.torch import save_file
 
-        tensors = self._tensors(meta)
+        tensors = {peft_key(n): t.detach().to("cpu", copy=True).contiguous() for n, t in self.transport.receive(meta)}
         s = self.section
         fresh = self.root / "next"
         shutil.rmtree(fresh, ignore_errors=True)
