@@ -83,8 +83,7 @@ class DemoConfig(_Section):
 class DataConfig(_Section):
     """The task's prompts and answers."""
 
-    task: Literal["arithmetic", "gsm8k", "word_problems"] = F(
-        "arithmetic", "sums (CPU); gsm8k (needs model.path); word_problems: for a calculator-tool agent.")
+    task: Literal["arithmetic", "gsm8k", "word_problems"] = F("arithmetic", "sums; gsm8k; word_problems (agent).")
     path: str | None = F(None, "gsm8k: a local JSONL of {question, answer} lines; unset reads hf_dataset.")
     hf_dataset: str = F("openai/gsm8k", "gsm8k without path: the Hugging Face dataset.")
     ops: list[Literal["+", "-", "*"]] = F(["+"], "arithmetic: the operations (at least one).", min_length=1)
@@ -263,8 +262,7 @@ class LoraConfig(_Section):
     target_modules: list[str] = F(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                                   "Linear layers that get an adapter.", min_length=1)
     base_dtype: Literal["float32", "bfloat16"] = F("float32", "The learner's frozen base; adapters and Adam stay fp32.")
-    vllm_sync: Literal["in_place", "reload"] = F("in_place", "vLLM: adapters written into its LoRA slot, or a directory "
-                                                 "it reloads, each sync.")
+    vllm_sync: Literal["in_place", "reload"] = F("in_place", "vLLM: adapters written into its LoRA slot, or reloaded.")
 
 
 ALGORITHM_ALIASES = {"DR-GRPO": "dr_grpo", "DR_GRPO": "dr_grpo", "REINFORCE++": "reinforce_pp"}
