@@ -163,6 +163,7 @@ def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, ta
             # scoring forward read against the same (None: no check that step)
             "sync_unequal_tensors": [s.get("sync_unequal_tensors") for s in steps_],
             "sync_unequal_names": [s.get("sync_unequal_names") for s in steps_],
+            "sync_changed_after_wake": [s.get("sync_changed_after_wake") for s in steps_],
             "view_unequal_tensors": [s.get("bitwise_view_unequal") for s in steps_],
             "view_checked_tensors": [s.get("bitwise_view_checked") for s in steps_],
             "rollout_tokens_per_s": sum(s["tokens"] for s in steps_) / sum(s["wait_s"] for s in steps_),

@@ -193,6 +193,8 @@ class RolloutFleet:
                 out["sync_path_why"] = report["why"]
             if "unequal_tensors" in report:  # bitwise mode: vLLM's rows against what the learner sent
                 out.update(sync_unequal_tensors=report["unequal_tensors"], sync_unequal_names=report["unequal_names"])
+            if "after_wake" in report:  # the same rows read again once the engine could generate
+                out.update(sync_changed_after_wake=report["after_wake"]["changed_tensors"])
         return out
 
     def stop(self) -> tuple[dict, dict]:

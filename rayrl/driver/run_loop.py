@@ -172,6 +172,8 @@ class RunLoop:
             if not result.stats.get("skipped"):
                 result.stats.update(s.critics.train(refs, result.returns, values))
         stats = result.stats
+        if self.threads:
+            self.threads.trained()
         if colocated:
             t2 = time.perf_counter()
             s.learners.release()

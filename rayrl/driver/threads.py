@@ -1,13 +1,19 @@
 """ThreadBudget: on CPU the learner and the rollout workers share a node's cores. Each step the learner ranks
-take the cores that the rollout workers on their node did not keep busy in the step before, so the learner is
-not held to its bundle's share while generation leaves cores idle (short answers), nor crowds a busy one. The
-cores are those the run reserved on that node (its learner and rollout bundles), never more than the node has."""
+take the cores that the rollout workers on their node did not keep busy while the learner last trained, so the
+learner is not held to its bundle's share while generation waits (η = 0, or short answers), nor crowds one that
+generates beside it: a worker busy over a quarter of that time keeps its core (measured on 2 cores: a learner
+on both, beside a worker generating 44 % of the time, stepped in 0.19 s; on one, 0.15 s). The cores are those
+the run reserved on that node (its learner and rollout bundles), never more than the node has."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import ray
+
+
+HELD_BELOW = 0.25  # a worker's busy share of one core it does not keep (rounded up from there)
 
 
 class ThreadBudget:
@@ -19,7 +25,7 @@ class ThreadBudget:
         self.per_rollout = plan.threads("rollout")
         reserved = plan.threads("learner") * self.ranks + self.per_rollout * len(self.rollouts)
         self.cores = min(ray.get(system.learners.rank0.cores.remote()), reserved)
-        self.since, self.busy = time.perf_counter(), self._busy_s()
+        self.since, self.busy = time.perf_counter(), None
         self.last = self._share(self.per_rollout * len(self.rollouts))
 
     def _busy_s(self) -> float | None:
@@ -31,12 +37,15 @@ class ThreadBudget:
 
     def _share(self, busy_cores: float) -> int:
         """Each learner rank's threads: the cores left, split between the ranks on the node (at least one)."""
-        return max(1, (self.cores - round(busy_cores)) // self.ranks)
+        return max(1, (self.cores - math.ceil(busy_cores - HELD_BELOW)) // self.ranks)
 
     def next(self) -> int:
-        """Threads for the coming step: the cores less the workers' busy cores over the last step."""
+        """Threads for the coming step (its training starts now)."""
+        self.since, self.busy = time.perf_counter(), self._busy_s()
+        return self.last
+
+    def trained(self) -> None:
+        """The step's training ended: the workers' busy cores over it set the next step's threads."""
         now, busy = time.perf_counter(), self._busy_s()
         if busy is not None and self.busy is not None and now > self.since:
             self.last = self._share(self.per_rollout * max(0.0, busy - self.busy) / (now - self.since))
-        self.since, self.busy = now, busy
-        return self.last

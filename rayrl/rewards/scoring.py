@@ -1,14 +1,16 @@
 """Score a trajectory group with a reward function, each call under its own deadline.
 
-Every call runs in a thread of its own, at most max_threads at once. A call still running timeout_s
-after it started is abandoned: its slot goes to the next call and its thread is left to finish or
-hang (Python cannot kill a thread), so a hung function never starves the calls after it. A raise, a
+Every call runs on a thread of its own, at most max_threads at once; threads are reused once their call
+returns. A call still running timeout_s after it started is abandoned: its slot goes to the next call and
+its thread is left to finish or hang (Python cannot kill a thread; a new one takes its place), so a hung
+function never starves the calls after it. A raise, a
 timeout, a non-finite value or a value of the wrong type becomes reward 0 with a counted reason:
 never a crash, never a drop.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import Counter, deque
@@ -22,15 +24,40 @@ FAILURES = ("error", "timeout", "non_finite", "wrong_type", *MODEL_FAILURES)
 EXAMPLES_PER_REASON = 5
 
 
-class _Call:
-    """One reward call in its own daemon thread; its slot is given back exactly once (done or abandoned)."""
+class _Threads:
+    """Daemon threads that run reward calls one after another; a call finds an idle one or a new one is started
+    (a hung call keeps its thread, so every call starts at once). Starting a thread per call cost more than
+    a rule reward itself."""
 
-    def __init__(self, fn: RewardFn, sample, task, slots: threading.Semaphore, undecided_ok: bool) -> None:
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.idle, self.lock = 0, threading.Lock()
+
+    def run(self, job) -> None:
+        with self.lock:
+            start = self.idle == 0
+            self.idle -= 0 if start else 1
+        if start:
+            threading.Thread(target=self._loop, daemon=True, name="reward-call").start()
+        self.jobs.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            self.jobs.get()()
+            with self.lock:
+                self.idle += 1
+
+
+class _Call:
+    """One reward call on a thread of its own; its slot is given back exactly once (done or abandoned)."""
+
+    def __init__(self, fn: RewardFn, sample, task, slots: threading.Semaphore, undecided_ok: bool,
+                 threads: _Threads) -> None:
         self.done, self.lock, self.slots, self.released = threading.Event(), threading.Lock(), slots, False
         self.undecided_ok = undecided_ok
         self.result, self.error = None, None
         self.started = time.monotonic()
-        threading.Thread(target=self._run, args=(fn, sample, task), daemon=True, name="reward-call").start()
+        threads.run(lambda: self._run(fn, sample, task))
 
     def _run(self, fn, sample, task) -> None:
         try:
@@ -56,7 +83,7 @@ class GroupScorer:
                  undecided_ok: bool = False) -> None:
         """undecided_ok: None from fn means "the rule cannot decide" (a reward model settles it), not wrong_type."""
         self.fn, self.timeout_s, self.undecided_ok = fn, timeout_s, undecided_ok
-        self.slots = threading.Semaphore(max_threads)
+        self.slots, self.threads = threading.Semaphore(max_threads), _Threads()
         self.counts: Counter[str] = Counter()  # "ok" and each failure reason
         self.examples: dict[str, list[str]] = {}  # the first messages of each failure reason
         self.recent: deque[bool] = deque(maxlen=window)  # the last samples: failed or not
@@ -74,7 +101,7 @@ class GroupScorer:
         while not self.slots.acquire(timeout=0.05):  # while waiting for a slot, free those past their deadline
             for call in running:
                 self._expire(call)
-        return _Call(self.fn, sample, task, self.slots, self.undecided_ok)
+        return _Call(self.fn, sample, task, self.slots, self.undecided_ok, self.threads)
 
     def score(self, group: TrajectoryGroup, count: bool = True) -> TrajectoryGroup:
         """Every sample's reward, status and reason; counted unless count=False (the caller records the final

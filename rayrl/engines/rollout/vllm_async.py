@@ -257,6 +257,7 @@ class VLLMRolloutEngine:
             self.asleep = False
         else:
             await self._on_loop(self._release())
+        await self._on_loop(self._weights.recheck(self.llm))
 
     def last_receive(self) -> dict:
         """ipc: how the last sync wrote the weights (direct or load_weights) and how long it took there."""

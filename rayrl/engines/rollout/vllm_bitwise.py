@@ -15,6 +15,7 @@ import torch
 from rayrl.engines.rollout.vllm_gloo_engine import RayrlWorkerExtension
 from rayrl.engines.rollout.vllm_ipc_extension import RayrlIpcExtension
 from rayrl.engines.transport.ipc import IpcPayload
+from rayrl.models.bitwise_qwen2 import digests
 
 
 def use_fixed_order_residual_norm() -> None:
@@ -54,10 +55,20 @@ class BitwiseIpcExtension(RayrlIpcExtension):
             return out
         runner = self.model_runner
         params = dict((runner.get_model() if hasattr(runner, "get_model") else runner.model).named_parameters())
-        sent = self._rayrl_ipc.receive(msgspec.convert(payload, IpcPayload))
-        unequal = [s.name for s, (_, t) in zip(writer.slots, sent)
-                   if not torch.equal(params[s.param].data[s.start: s.stop], t)]
+        sent = [t for _, t in self._rayrl_ipc.receive(msgspec.convert(payload, IpcPayload))]
+        unequal = [s.name for s, t in zip(writer.slots, sent) if not torch.equal(params[s.param].data[s.start: s.stop], t)]
+        self._rayrl_written = list(zip(writer.slots, digests(sent)))
         return {**out, "unequal_tensors": len(unequal), "unequal_names": unequal[:4]}
+
+    def rayrl_recheck_rows(self) -> dict:
+        """The rows the last sync wrote, compared again now (after the engine woke its cache, say) with what
+        it received: tensors changed since the write."""
+        runner = self.model_runner
+        params = dict((runner.get_model() if hasattr(runner, "get_model") else runner.model).named_parameters())
+        written = getattr(self, "_rayrl_written", [])
+        now = digests([params[s.param].data[s.start: s.stop] for s, _ in written])
+        changed = [s.name for (s, d), n in zip(written, now) if d != n]
+        return {"changed_tensors": len(changed), "changed_names": changed[:4], "checked": len(written)}
 
 
 use_fixed_order_residual_norm()
