@@ -60,6 +60,28 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
     return rms_norm(residual, weight, eps), residual
 
 
+# ---- linear: vLLM's unquantized linear in this mode (its GEMM, then the bias added in bf16) -------
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        from vllm.model_executor.layers.batch_invariant import linear_batch_invariant
+
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return linear_batch_invariant(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad @ weight, grad.t() @ x, grad.sum(0) if ctx.has_bias else None
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, in] @ weight.T + bias as vLLM's layers compute it here: the bias is added to the bf16 product
+    (rounded twice), not fused into the GEMM as F.linear fuses it (rounded once)."""
+    return _Linear.apply(x, weight, bias)
+
+
 # ---- rotary: vLLM's CUDA kernel (neox style, in place) on copies --------------------------------
 def rope_cache(head_dim: int, base: float, max_positions: int, device, dtype) -> torch.Tensor:
     """[positions, head_dim]: cos then sin, computed as vLLM's RotaryEmbedding computes them (fp32 on the

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers.modeling_outputs import CausalLMOutput
 
-from rayrl.models.bitwise_ops import add_rms_norm, paged_attention, rms_norm, rope, rope_cache, silu_and_mul
+from rayrl.models.bitwise_ops import add_rms_norm, linear, paged_attention, rms_norm, rope, rope_cache, silu_and_mul
 
 VOCAB_PAD = 64  # vLLM pads its embedding and lm_head rows to a multiple of this
 
@@ -111,12 +111,12 @@ class BitwiseQwen2(nn.Module):
             x, residual = add_rms_norm(h, residual, w_in, eps)
         qkv_w = torch.cat([_bf16(attn.q_proj.weight), _bf16(attn.k_proj.weight), _bf16(attn.v_proj.weight)])
         qkv_b = torch.cat([_bf16(attn.q_proj.bias), _bf16(attn.k_proj.bias), _bf16(attn.v_proj.bias)])
-        q, k, v = F.linear(x, qkv_w, qkv_b).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], -1)
+        q, k, v = linear(x, qkv_w, qkv_b).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], -1)
         q, k = rope(pos, q, k, self._cache, d)
         t = q.shape[0]
         o = paged_attention(q.view(t, self.heads, d), k.view(t, self.kv_heads, d), v.reshape(t, self.kv_heads, d),
                             cu, max_len, d ** -0.5, self.block_size)
-        h = F.linear(o.reshape(t, -1), _bf16(attn.o_proj.weight))
+        h = linear(o.reshape(t, -1), _bf16(attn.o_proj.weight))
         x, residual = add_rms_norm(h, residual, _bf16(layer.post_attention_layernorm.weight), eps)
-        gate_up = F.linear(x, torch.cat([_bf16(mlp.gate_proj.weight), _bf16(mlp.up_proj.weight)]))
-        return F.linear(silu_and_mul(gate_up), _bf16(mlp.down_proj.weight)), residual
+        gate_up = linear(x, torch.cat([_bf16(mlp.gate_proj.weight), _bf16(mlp.up_proj.weight)]))
+        return linear(silu_and_mul(gate_up), _bf16(mlp.down_proj.weight)), residual
