@@ -40,8 +40,24 @@ PROMPT_LENGTHS = (5, 17, 40, 64, 130, 250, 400, 700)  # 8 x 256 sampled tokens =
 
 def fixtures(root: Path) -> tuple[Path, Path]:
     shape = {k: v for k, v in QWEN2_1_5B_SHAPE.items() if k != "vocab_size"}
-    model = save_random_qwen2(root / "model", chars=TEXT_CHARS, **shape)
+    model = _uneven(save_random_qwen2(root / "model", chars=TEXT_CHARS, **shape))
     return model, write_synthetic_gsm8k(root / "gsm8k.jsonl", 512)
+
+
+def _uneven(model_dir: Path) -> Path:
+    """Norm weights away from 1 and biases away from 0, as a trained model has them: with the initial 1s and 0s
+    an operation that scales or adds them in another order on one side gives the same bits (the learner's qkv
+    bias, fused into its GEMM, matched vLLM's separate add until the first update)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith(".bias"):
+                p.add_((0.1 if "norm" in name else 0.05) * torch.randn(p.shape, generator=g).to(p.dtype))
+    model.save_pretrained(model_dir)
+    return model_dir
 
 
 def _sampled(outputs) -> list[tuple[list[int], list[float]]]:

@@ -221,7 +221,7 @@ class LearnerConfig(_Section):
     backend: Literal["torch", "fsdp", "deepspeed"] = F("torch", "torch: one plain rank; fsdp: FSDP2; deepspeed: ZeRO.")
     num_workers: int = F(1, "Ranks; one GPU each when cluster.n_gpus_per_node > 0.", ge=1)
     cpus_per_worker: float = F(1.0, "CPUs per rank (its placement bundle).", gt=0)
-    threads: int | None = F(None, "CPU torch threads per rank; unset: the cores the rollout left idle last step.", ge=1)
+    threads: int | None = F(None, "CPU torch threads per rank; unset: rollout's idle cores in its last training.", ge=1)
     total_steps: int = F(300, "Training steps.", ge=1)
     lr: float = F(5e-5, "Learning rate (AdamW).", gt=0)
     lr_warmup_steps: int = F(0, "Linear warm-up steps.", ge=0)

@@ -44,14 +44,27 @@ def test_the_bitwise_forward_has_the_normal_forwards_gradient(engine_row):
     assert engine_row["grad_cosine"] >= 0.95 and 0.9 <= engine_row["grad_norm_ratio"] <= 1.1, engine_row
 
 
-@pytest.mark.xfail(strict=True, reason="measured on one H200: step 1 mismatch_max 4.77e-7, steps 2-4 after "
-                   "weight syncs 0.078-0.082 (learner.lr=1e-6), while every one of vLLM's 338 parameters equals what "
-                   "the learner sent after each sync (sync_unequal_tensors 0); with learner.lr=1e-30 every step stays "
-                   "at 4.77e-7: the learner's forward after an update is the suspect (bitwise_view_unequal)")
-def test_every_training_step_is_exactly_on_policy(model_and_data, tmp_path):
-    run = recipe(*model_and_data, tmp_path, bitwise=True, steps=4, tag="bitwise")
+@pytest.fixture(scope="module")
+def recipe_run(model_and_data, tmp_path_factory):
+    run = recipe(*model_and_data, tmp_path_factory.mktemp("runs"), bitwise=True, steps=4, tag="bitwise")
     print(run, "->", write_result("bitwise_check", {"recipe": run}))
-    assert run["steps"] == 4
-    assert min(run["mismatch_tokens"]) >= 2000, run
-    assert run["sync_unequal_tensors"] == [0] * 4, run  # after each sync vLLM holds what the learner sent
-    assert run["mismatch_max"] == [0.0] * 4, run  # steps 2-4 follow 1-3 weight syncs
+    return run
+
+
+def test_both_sides_hold_the_same_weights_after_every_sync(recipe_run):
+    run = recipe_run
+    assert run["steps"] == 4 and min(run["mismatch_tokens"]) >= 2000, run
+    assert run["sync_unequal_tensors"] == [0] * 4, run  # vLLM's rows against what the learner sent
+    assert run["sync_changed_after_wake"] == [0] * 4, run  # the same rows once vLLM could generate again
+    assert run["view_unequal_tensors"][1:] == [0] * 3, run  # the learner's scoring forward against the same
+    # the model's norms and biases are not 1 and 0 (fixtures): a bias added differently on one side shows here
+    assert max(run["mismatch_max"]) <= 4.8e-7, run  # steps 2-4 follow weight syncs: no worse than at step 1
+
+
+@pytest.mark.xfail(strict=True, reason="measured on one H200 (bitwise-20261203-051401.json, commit c0fdca5): "
+                   "mismatch_max 4.77e-7 at every step, 3 of them after weight syncs, over >= 10,560 tokens each: "
+                   "the single float32 ulp the learner leaves at fixed weights (test_the_learner_scores_vllms_"
+                   "tokens_exactly); before the learner added the qkv bias as vLLM adds it, steps after an update "
+                   "reached 0.07-0.08")
+def test_every_training_step_is_exactly_on_policy(recipe_run):
+    assert recipe_run["mismatch_max"] == [0.0] * 4, recipe_run

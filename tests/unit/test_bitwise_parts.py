@@ -12,7 +12,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import rayrl.models.bitwise_qwen2 as bq
 from rayrl.config import ConfigError, load_config
-from rayrl.models.bitwise_ops import paged_layout, rms_norm_native, rope_cache, rope_native, silu_and_mul_native
+from rayrl.models.bitwise_ops import linear as bitwise_linear, paged_layout, rms_norm_native, rope_cache, rope_native, silu_and_mul_native
 
 
 def test_paged_layout_reads_back_every_sequence():
@@ -60,6 +60,7 @@ def _natives(monkeypatch):
     monkeypatch.setattr(bq, "rope", rope)
     monkeypatch.setattr(bq, "silu_and_mul", lambda x: silu_and_mul_native(x.float()).to(x.dtype))
     monkeypatch.setattr(bq, "paged_attention", attention)
+    monkeypatch.setattr(bq, "linear", lambda x, w, b=None: F.linear(x, w) + (0 if b is None else b))
 
 
 def test_learner_forward_is_wired_like_qwen2(monkeypatch):
@@ -92,6 +93,30 @@ def test_learner_forward_is_wired_like_qwen2(monkeypatch):
     model(ids[None], position_ids=pos[None], cu_seq_lens_q=cu, max_length_q=19).logits.float().logsumexp(-1).sum().backward()
     names = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
     assert names == {n for n, _ in hf.named_parameters()}
+
+
+def test_linear_runs_vllms_linear_and_has_the_gradients_of_f_linear(monkeypatch):
+    # vLLM's batch-invariant linear adds the bias to the bf16 product; its GEMM needs CUDA, so it is stood in for
+    import vllm.model_executor.layers.batch_invariant as vbi
+
+    calls = []
+
+    def vllm_linear(x, w, b=None):
+        calls.append(b is not None)
+        out = (x.float() @ w.float().t()).to(x.dtype)
+        return out if b is None else out + b
+
+    monkeypatch.setattr(vbi, "linear_batch_invariant", vllm_linear)
+    torch.manual_seed(0)
+    x, w, b = (torch.randn(*s, dtype=torch.bfloat16, requires_grad=True) for s in ((7, 16), (5, 16), (5,)))
+    g = torch.randn(7, 5, dtype=torch.bfloat16)
+    out = bitwise_linear(x, w, b)
+    assert calls == [True] and torch.equal(out, vllm_linear(x.detach(), w.detach(), b.detach()))
+    got = torch.autograd.grad(out, (x, w, b), g)
+    want = torch.autograd.grad(F.linear(x.float(), w.float(), b.float()), (x, w, b), g.float())
+    for a, e in zip(got, want):
+        assert a.dtype == torch.bfloat16 and torch.allclose(a.float(), e.float(), rtol=0.02, atol=0.05)
+    assert bitwise_linear(x, w).shape == (7, 5) and calls == [True, True, False]  # the check above called it too
 
 
 def test_config_names_what_bitwise_mode_needs():

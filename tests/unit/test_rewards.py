@@ -105,3 +105,19 @@ def test_a_reward_that_always_hangs_times_out_every_call_from_its_own_start():
         assert scorer.stats()["abandoned"] == 12  # 12 calls through 2 slots: every one abandoned, none starved
     finally:
         never.set()
+
+
+def test_reward_calls_reuse_their_threads():
+    import threading
+
+    used = set()
+
+    def record(s, t):
+        used.add(threading.get_ident())
+        return 1.0
+
+    scorer = GroupScorer(record, timeout_s=5.0, max_threads=4)
+    for _ in range(10):
+        scored = scorer.score(TrajectoryGroup(TASK, [sample(str(i)) for i in range(8)]))
+        assert [s.reward_status for s in scored.samples] == ["ok"] * 8
+    assert 1 <= len(used) <= 4  # 80 calls, at most max_threads at once, on threads started once
