@@ -44,9 +44,8 @@ class SchedulerConfig(_Section):
 class PlacementConfig(_Section):
     """Which device each role uses."""
 
-    mode: Literal["split", "colocate", "share"] = F(
-        "split", "split: rollout and learner on their own devices; colocate: worker i and rank i share one and take "
-                 "turns (η = 0); share: they share one and run at once (docs: GPUs).")
+    mode: Literal["split", "colocate", "share"] = F("split", "split: rollout and learner on own devices; colocate: "
+                                                    "worker i, rank i share one, in turns (η = 0); share: at once.")
     sleep_level: Literal[1, 2] = F(2, "colocate: 1: the sleeping vLLM keeps weights in host memory; 2: frees them.")
     strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = F("PACK", "Ray's placement group strategy.")
     service_cpus: float = F(0.5, "The bundle shared by reward actors, buffer and broadcaster.", gt=0)
@@ -89,6 +88,7 @@ class DataConfig(_Section):
     ops: list[Literal["+", "-", "*"]] = F(["+"], "arithmetic: the operations (at least one).", min_length=1)
     min_operand: int = F(0, "arithmetic, word_problems: smallest operand.")
     max_operand: int = F(49, "arithmetic, word_problems: largest operand.")
+    answer_copies: int = F(1, "arithmetic: the answer written this many times, space-separated (long answers).", ge=1)
     eval_size: int = F(200, "Problems held out for evaluation.", ge=1)
     seed: int = F(0, "The train / held-out split and the prompt order.")
 

@@ -16,7 +16,7 @@ def all_problems(cfg: DataConfig) -> list[Task]:
     """Every (a, op, b) in the configured ranges, in a fixed order."""
     rng = range(cfg.min_operand, cfg.max_operand + 1)
     return [
-        Task(id=f"{a}{op}{b}", prompt=f"{a}{op}{b}=", answer=str(_APPLY[op](a, b)))
+        Task(id=f"{a}{op}{b}", prompt=f"{a}{op}{b}=", answer=" ".join([str(_APPLY[op](a, b))] * cfg.answer_copies))
         for op in cfg.ops for a, b in itertools.product(rng, rng)
     ]
 

@@ -14,9 +14,9 @@ def exact_match(sample: Sample, task: Task) -> RewardResult:
     """1.0 for the right integer with a clean stop; 0.0 with a reason otherwise."""
     if sample.finish_reason != "stop":
         return RewardResult(0.0, f"no end of answer ({sample.finish_reason})")
-    text = sample.text.strip()
-    if not _INTEGER.fullmatch(text):
+    words = sample.text.split()
+    if not words or not all(_INTEGER.fullmatch(w) for w in words):
         return RewardResult(0.0, "format: not an integer")
-    if int(text) != int(task.answer):
+    if [int(w) for w in words] != [int(w) for w in task.answer.split()]:
         return RewardResult(0.0, "wrong answer")
     return RewardResult(1.0, "correct")

@@ -121,3 +121,16 @@ def test_reward_calls_reuse_their_threads():
         scored = scorer.score(TrajectoryGroup(TASK, [sample(str(i)) for i in range(8)]))
         assert [s.reward_status for s in scored.samples] == ["ok"] * 8
     assert 1 <= len(used) <= 4  # 80 calls, at most max_threads at once, on threads started once
+
+
+def test_long_answers_are_the_sum_written_answer_copies_times():
+    from rayrl.config import DataConfig
+    from rayrl.data.arithmetic import all_problems
+
+    task = next(t for t in all_problems(DataConfig(answer_copies=3, max_operand=9)) if t.id == "2+3")
+    assert task.answer == "5 5 5"
+    assert exact_match(sample("5 5 5"), task).reward == 1.0
+    assert exact_match(sample("5 5"), task).reason == "wrong answer"  # too few copies
+    assert exact_match(sample("5 5 6"), task).reason == "wrong answer"
+    assert exact_match(sample("5 5 x"), task).reason.startswith("format")
+    assert exact_match(sample("5 5 5", "length"), task).reward == 0.0  # no clean stop
