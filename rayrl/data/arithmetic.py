@@ -13,7 +13,8 @@ _APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a 
 
 
 def all_problems(cfg: DataConfig) -> list[Task]:
-    """Every (a, op, b) in the configured ranges, in a fixed order."""
+    """Every (a, op, b) in the configured ranges, in a fixed order; the answer is the result written
+    data.answer_copies times (more than once: long answers, so that generation is most of a step)."""
     rng = range(cfg.min_operand, cfg.max_operand + 1)
     return [
         Task(id=f"{a}{op}{b}", prompt=f"{a}{op}{b}=", answer=" ".join([str(_APPLY[op](a, b))] * cfg.answer_copies))

@@ -1,4 +1,5 @@
-"""Exact-match reward for arithmetic: the completion must be an integer followed by EOS."""
+"""Exact-match reward for arithmetic: the completion must be the answer's integer (as many times as the answer
+writes it, data.answer_copies) followed by EOS."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ _INTEGER = re.compile(r"-?\d+")
 
 
 def exact_match(sample: Sample, task: Task) -> RewardResult:
-    """1.0 for the right integer with a clean stop; 0.0 with a reason otherwise."""
+    """1.0 for the right integer, every copy of it, with a clean stop; 0.0 with a reason otherwise."""
     if sample.finish_reason != "stop":
         return RewardResult(0.0, f"no end of answer ({sample.finish_reason})")
     words = sample.text.split()

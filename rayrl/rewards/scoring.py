@@ -3,9 +3,8 @@
 Every call runs on a thread of its own, at most max_threads at once; threads are reused once their call
 returns. A call still running timeout_s after it started is abandoned: its slot goes to the next call and
 its thread is left to finish or hang (Python cannot kill a thread; a new one takes its place), so a hung
-function never starves the calls after it. A raise, a
-timeout, a non-finite value or a value of the wrong type becomes reward 0 with a counted reason:
-never a crash, never a drop.
+function never starves the calls after it. A raise, a timeout, a non-finite value or a value of the wrong
+type becomes reward 0 with a counted reason: never a crash, never a drop.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import rayrl.models.bitwise_qwen2 as bq
 from rayrl.config import ConfigError, load_config
-from rayrl.models.bitwise_ops import linear as bitwise_linear, paged_layout, rms_norm_native, rope_cache, rope_native, silu_and_mul_native
+from rayrl.models.bitwise_ops import linear as bitwise_linear
+from rayrl.models.bitwise_ops import paged_layout, rms_norm_native, rope_cache, rope_native, silu_and_mul_native
 
 
 def test_paged_layout_reads_back_every_sequence():

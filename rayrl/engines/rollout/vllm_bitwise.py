@@ -56,7 +56,8 @@ class BitwiseIpcExtension(RayrlIpcExtension):
         runner = self.model_runner
         params = dict((runner.get_model() if hasattr(runner, "get_model") else runner.model).named_parameters())
         sent = [t for _, t in self._rayrl_ipc.receive(msgspec.convert(payload, IpcPayload))]
-        unequal = [s.name for s, t in zip(writer.slots, sent) if not torch.equal(params[s.param].data[s.start: s.stop], t)]
+        unequal = [s.name for s, t in zip(writer.slots, sent)
+                   if not torch.equal(params[s.param].data[s.start: s.stop], t)]
         self._rayrl_written = list(zip(writer.slots, digests(sent)))
         return {**out, "unequal_tensors": len(unequal), "unequal_names": unequal[:4]}
 
