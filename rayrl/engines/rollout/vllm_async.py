@@ -257,7 +257,8 @@ class VLLMRolloutEngine:
             self.asleep = False
         else:
             await self._on_loop(self._release())
-        await self._on_loop(self._weights.recheck(self.llm))
+        if self.setup.bitwise:  # the rows the sync wrote, read again now that vLLM can generate
+            await self._on_loop(self._weights.recheck(self.llm))
 
     def last_receive(self) -> dict:
         """ipc: how the last sync wrote the weights (direct or load_weights) and how long it took there."""

@@ -53,8 +53,7 @@ class BitwiseIpcExtension(RayrlIpcExtension):
         writer = self._rayrl_writer[0]
         if writer is None:
             return out
-        runner = self.model_runner
-        params = dict((runner.get_model() if hasattr(runner, "get_model") else runner.model).named_parameters())
+        params = dict(self._rayrl_model().named_parameters())
         sent = [t for _, t in self._rayrl_ipc.receive(msgspec.convert(payload, IpcPayload))]
         unequal = [s.name for s, t in zip(writer.slots, sent)
                    if not torch.equal(params[s.param].data[s.start: s.stop], t)]
@@ -64,8 +63,7 @@ class BitwiseIpcExtension(RayrlIpcExtension):
     def rayrl_recheck_rows(self) -> dict:
         """The rows the last sync wrote, compared again now (after the engine woke its cache, say) with what
         it received: tensors changed since the write."""
-        runner = self.model_runner
-        params = dict((runner.get_model() if hasattr(runner, "get_model") else runner.model).named_parameters())
+        params = dict(self._rayrl_model().named_parameters())
         written = getattr(self, "_rayrl_written", [])
         now = digests([params[s.param].data[s.start: s.stop] for s, _ in written])
         changed = [s.name for (s, d), n in zip(written, now) if d != n]

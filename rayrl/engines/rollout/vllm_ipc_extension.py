@@ -34,8 +34,7 @@ class RayrlIpcExtension(LoraSlotsExtension):
     def rayrl_receive_ipc(self, payload: dict) -> dict:
         t0 = time.perf_counter()
         payload = msgspec.convert(payload, IpcPayload)
-        runner = self.model_runner
-        model = runner.get_model() if hasattr(runner, "get_model") else runner.model
+        model = self._rayrl_model()
         if not hasattr(self, "_rayrl_ipc"):
             self._rayrl_ipc, self._rayrl_plan, self._rayrl_writer = IpcTransport(), None, (None, "")
         params = dict(model.named_parameters())

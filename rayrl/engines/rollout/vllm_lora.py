@@ -86,9 +86,6 @@ class VLLMAdapterSync:
         shutil.rmtree(self.root / "current", ignore_errors=True)
         fresh.rename(self.root / "current")
 
-    async def recheck(self, llm) -> None:
-        """Nothing to read again: the bitwise mode, whose check this is, takes no adapters."""
-
     async def finish(self, llm, version: int) -> None:
         from vllm.lora.request import LoRARequest
 

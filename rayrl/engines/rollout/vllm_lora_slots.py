@@ -71,12 +71,15 @@ def from_wire(items: list) -> list[tuple[str, torch.Tensor]]:
 class LoraSlotsExtension:
     """Mixed into vLLM's worker (worker_extension_cls): the in-place adapter write after the first sync."""
 
+    def _rayrl_model(self):
+        """The worker's model (vLLM's model runner hands it out by get_model() where it has one)."""
+        runner = self.model_runner
+        return runner.get_model() if hasattr(runner, "get_model") else runner.model
+
     def _rayrl_lora_slots(self) -> LoraSlots:
         if not hasattr(self, "_rayrl_slots"):
-            runner = self.model_runner
-            model = runner.get_model() if hasattr(runner, "get_model") else runner.model
-            manager = runner.lora_manager._adapter_manager
-            self._rayrl_slots = LoraSlots(manager, getattr(model, "packed_modules_mapping", {}) or {})
+            manager = self.model_runner.lora_manager._adapter_manager
+            self._rayrl_slots = LoraSlots(manager, getattr(self._rayrl_model(), "packed_modules_mapping", {}) or {})
         return self._rayrl_slots
 
     def rayrl_write_lora(self, items: list, scaling: float) -> int:

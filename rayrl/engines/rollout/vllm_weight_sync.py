@@ -81,8 +81,8 @@ class VLLMWeightSync:
         await llm.update_weights(WeightTransferUpdateRequest(update_info=info))
 
     async def recheck(self, llm) -> None:
-        """Bitwise mode over ipc, once the engine is ready to generate: the rows the sync wrote, read again."""
-        if self.bitwise and self.transport == "ipc" and self.last_receive.get("path") == "direct":
+        """Bitwise mode, once the engine is ready to generate: the rows an ipc direct write wrote, read again."""
+        if self.transport == "ipc" and self.last_receive.get("path") == "direct":
             self.last_receive["after_wake"] = (await llm.collective_rpc("rayrl_recheck_rows"))[0]
 
     async def finish(self, llm, version: int) -> None:
