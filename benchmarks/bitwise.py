@@ -29,6 +29,7 @@ from benchmarks.common import benchmark_parser, print_table, write_result
 from benchmarks.gpu_learner_check import mismatch
 from rayrl.config import load_config
 from rayrl.data.gsm8k import write_synthetic_gsm8k
+from rayrl.engines.rollout.vllm_async import BITWISE_GRAPHS
 from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.models.policy import load_policy
 from rayrl.models.tokenizer import TEXT_CHARS
@@ -68,8 +69,8 @@ def _sampled(outputs) -> list[tuple[list[int], list[float]]]:
 def _engine(model_dir: Path):
     from vllm import LLM
 
-    return LLM(model=str(model_dir), dtype="bfloat16", enforce_eager=True, block_size=16, max_model_len=1024,
-               max_num_seqs=512, gpu_memory_utilization=0.45, enable_prefix_caching=False, seed=0,
+    return LLM(model=str(model_dir), dtype="bfloat16", compilation_config=BITWISE_GRAPHS, block_size=16,
+               max_model_len=1024, max_num_seqs=512, gpu_memory_utilization=0.45, enable_prefix_caching=False, seed=0,
                skip_tokenizer_init=True, logprobs_mode="processed_logprobs", worker_extension_cls=EXTENSION)
 
 
@@ -164,15 +165,20 @@ def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, ta
 
     overrides = [f"model.path={model_dir}", f"data.path={data}", f"learner.total_steps={steps}",
                  "learner.lr_warmup_steps=0", "rollout.batch_size=16", "rollout.temperature=1.0", "data.eval_size=32",
-                 "vllm.enforce_eager=true", "algorithm.dynamic_sampling=false", "scheduler.include_dashboard=false",
+                 "algorithm.dynamic_sampling=false", "scheduler.include_dashboard=false",
                  f"metrics.run_dir={out}", f"metrics.run_name={tag}", "metrics.progress=false",
                  "checkpoint.save_final=false", "checkpoint.every_steps=0",
                  f"rollout.bitwise_on_policy={str(bitwise).lower()}", *extra]
-    summary = train(load_config("recipes/gsm8k_grpo_1gpu.yaml", overrides))
+    cfg = load_config("recipes/gsm8k_grpo_1gpu.yaml", overrides)
+    summary = train(cfg)
     steps_ = [r for r in map(json.loads, (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines())
               if "step" in r]
     n_params = _n_params(model_dir)
     return {"mode": "bitwise" if bitwise else "normal", "steps": len(steps_),
+            # which forward each side ran: the learner's scoring model, and vLLM's graphs
+            "learner_forward": "BitwiseQwen2 (vLLM's kernels)" if bitwise else "Hugging Face Qwen2",
+            "vllm_graphs": "eager" if cfg.vllm.enforce_eager else
+            ("full decode graphs, no torch.compile" if bitwise else "vLLM default (torch.compile, CUDA graphs)"),
             "mismatch_max": [s["mismatch_max"] for s in steps_],
             "mismatch_tokens": [s["mismatch_tokens"] for s in steps_],
             # after each sync, per tensor: vLLM's rows against what the learner sent, and the tensors the learner's

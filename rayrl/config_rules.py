@@ -103,13 +103,13 @@ def bitwise_is_verified_setup(c: Config) -> str | None:
         return None
     v, lc = c.vllm, c.learner
     needs = {"rollout.engine=vllm": c.rollout.engine == "vllm", "cluster.n_gpus_per_node > 0": c.on_gpu,
-             "vllm.enforce_eager=true": v.enforce_eager, "vllm.dtype=bfloat16": v.dtype == "bfloat16",
+             "vllm.dtype=bfloat16": v.dtype == "bfloat16",
              "vllm.tensor_parallel_size=1": v.tensor_parallel_size == 1, "learner.dtype=bfloat16": lc.dtype == "bfloat16",
              "learner.compile=false": not lc.compile, "learner.backend=fsdp or torch": lc.backend in ("fsdp", "torch"),
              "learner.num_workers=1": lc.num_workers == 1, "vllm.lm_head_fp32=false": not v.lm_head_fp32}
     missing = [k for k, ok in needs.items() if not ok]
     if missing:
-        return ("rollout.bitwise_on_policy=true is verified for one learner rank on vLLM's eager bf16 kernels; set "
+        return ("rollout.bitwise_on_policy=true is verified for one learner rank on vLLM's bf16 kernels; set "
                 + ", ".join(missing))
     return None
 

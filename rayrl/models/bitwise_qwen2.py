@@ -100,7 +100,7 @@ class BitwiseQwen2(nn.Module):
         h, _ = add_rms_norm(h, residual, _bf16(m.norm.weight), c.rms_norm_eps)
         head = _bf16(self.lm_head.weight)
         head = F.pad(head, (0, 0, 0, self.padded_vocab - head.shape[0]))
-        return F.linear(h, head)[:, : c.vocab_size]
+        return linear(h, head)[:, : c.vocab_size]  # vLLM's lm_head runs the same batch-invariant GEMM
 
     def _layer(self, layer, h, residual, pos, cu, max_len):
         eps, attn, mlp, d = self.config.rms_norm_eps, layer.self_attn, layer.mlp, self.head_dim

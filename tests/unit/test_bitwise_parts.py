@@ -121,11 +121,10 @@ def test_linear_runs_vllms_linear_and_has_the_gradients_of_f_linear(monkeypatch)
 
 
 def test_config_names_what_bitwise_mode_needs():
-    with pytest.raises(ConfigError, match="vllm.enforce_eager=true.*learner.num_workers=1"):
+    with pytest.raises(ConfigError, match="verified for one learner rank.*learner.num_workers=1"):
         load_config(None, ["rollout.bitwise_on_policy=true", "rollout.engine=vllm", "cluster.n_gpus_per_node=1",
                            "vllm.dtype=bfloat16", "learner.dtype=bfloat16", "learner.num_workers=2",
                            "learner.backend=fsdp"])
     cfg = load_config(None, ["rollout.bitwise_on_policy=true", "rollout.engine=vllm", "cluster.n_gpus_per_node=1",
-                             "vllm.dtype=bfloat16", "learner.dtype=bfloat16", "vllm.enforce_eager=true",
-                             "learner.backend=fsdp"])
+                             "vllm.dtype=bfloat16", "learner.dtype=bfloat16", "learner.backend=fsdp"])
     assert cfg.vllm.kv_block_size == 16

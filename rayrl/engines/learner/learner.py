@@ -101,9 +101,9 @@ class Learner:
         self.version = 0
         self.sent: dict[str, tuple[int, int]] | None = None  # bitwise mode: the last sync's tensors, as digests
         # one optimizer step per batch: the proximal policy is the one the loss's forward runs, so its log-probs
-        # are that forward's, detached; no scoring pass (kl_in_reward needs them before the advantages; the
-        # bitwise mode keeps the scoring pass it was verified with)
-        self.prox_from_loss = (alg.off_policy_correction and lc.minibatches == 1 and not bitwise
+        # are that forward's, detached; no scoring pass (kl_in_reward needs them before the advantages). The
+        # bitwise forward gives the same bits with or without gradients: its mismatch is the loss forward's too
+        self.prox_from_loss = (alg.off_policy_correction and lc.minibatches == 1
                                and not (alg.beta > 0 and alg.kl_in_reward))
         self.last_returns: torch.Tensor | None = None  # ppo: the last step's returns, the critic's targets
 
@@ -126,8 +126,6 @@ class Learner:
         alg = self.alg
         mismatch = MismatchMeter()
         kl = torch.zeros_like(batch.loss_mask) if alg.beta > 0 and alg.kl_in_reward else None
-        if self.sent is not None:  # bitwise mode after a sync: the scoring forward notes the weights it reads
-            self.backend.model.seen = {}
         with torch.no_grad():
             for mb in mbs:
                 if alg.off_policy_correction and not self.prox_from_loss:
@@ -154,8 +152,9 @@ class Learner:
         rewards, mask = shape_batch(batch.rewards, batch.loss_mask, batch.truncated, self.setup.max_new_tokens, alg)
         mbs = microbatches(batch, lc.max_tokens_per_micro_batch, packs_sequences(lc, self.device))
         mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
+        if self.sent is not None:  # bitwise mode after a sync: the policy's next forward notes the weights it reads
+            self.backend.model.seen = {}
         mismatch, kl = self._score(mbs, batch)
-        seen = self._weights_seen()
         batch.advantages, self.last_returns = advantages(rewards, batch.group_index, mask, alg, kl, values)
         if dp.max(int(not torch.isfinite(batch.advantages).all())):  # every rank agrees, before any backward
             return self._skipped("advantages", mbs, mismatch)
@@ -193,14 +192,15 @@ class Learner:
             losses.append(dp.sum(total))
         self.version += 1
         return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
-                "micro_batches": len(mbs), "skipped": "", **mismatch.result(), **seen,
+                "micro_batches": len(mbs), "skipped": "", **mismatch.result(), **self._weights_seen(),
                 **{k: float(v) for k, v in extra.items()}}
 
     def _skipped(self, cause: str, mbs: list, mismatch: MismatchMeter) -> dict[str, float]:
         """A step whose advantages, loss or gradients were not finite: no update, the version still
         advances (the driver counts it, or stops the run with learner.nonfinite=stop)."""
         self.version += 1
-        return {"loss": 0.0, "grad_norm": 0.0, "micro_batches": len(mbs), "skipped": cause, **mismatch.result()}
+        return {"loss": 0.0, "grad_norm": 0.0, "micro_batches": len(mbs), "skipped": cause, **mismatch.result(),
+                **self._weights_seen()}
 
     # ---- colocated: room for the rollout engine between steps --------------------------------
     def release(self) -> None:
@@ -234,8 +234,8 @@ class Learner:
             yield name, t
 
     def _weights_seen(self) -> dict:
-        """Bitwise mode, the first step after a sync: how many tensors the scoring forward read differ from what
-        the sync sent (0: the rollout engine and the learner scored with the same weights)."""
+        """Bitwise mode, the first step after a sync: how many tensors the policy's first forward read differ
+        from what the sync sent (0: the rollout engine and the learner scored with the same weights)."""
         model, sent = self.backend.model, self.sent
         seen, self.sent = getattr(model, "seen", None), None
         if seen is not None:

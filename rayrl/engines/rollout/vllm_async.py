@@ -58,6 +58,11 @@ def head_overrides(lm_head_fp32: bool) -> dict:
     return {"head_dtype": "float32"} if lm_head_fp32 else {}
 
 
+# bitwise on-policy with CUDA graphs: whole decode steps replayed from graphs of the eager kernels (no torch.compile,
+# which would fuse norms and activations into kernels the learner does not run); prefills stay eager
+BITWISE_GRAPHS = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}
+
+
 def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, dtype: str, weight_transfer: dict):
     """vLLM's AsyncEngineArgs for this config: one place that maps vllm.* keys to vLLM's names."""
     from vllm import AsyncEngineArgs
@@ -74,6 +79,7 @@ def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, dtype: str, 
         max_num_seqs=v.max_num_seqs, max_num_batched_tokens=v.max_num_batched_tokens,
         hf_overrides=head_overrides(v.lm_head_fp32), enable_sleep_mode=setup.sleeps,
         block_size=v.kv_block_size if setup.bitwise else None,  # the learner's attention reads the same pages
+        compilation_config=BITWISE_GRAPHS if setup.bitwise and not v.enforce_eager else None,
         seed=setup.seed, disable_log_stats=True, **weight_transfer)
 
 
@@ -91,6 +97,7 @@ class VLLMRolloutEngine:
         self._marks = VersionMarks()
         self._paused = False  # the current weight update paused vLLM (requests were running)
         self._gate: asyncio.Event | None = None  # closed during a weight update: new requests wait at it
+        self._reset: asyncio.Future | None = None  # an idle update's prefix-cache reset, running until the release
         self._weights = VLLMAdapterSync(setup.transport, setup.lora) if setup.lora is not None \
             else VLLMWeightSync(setup.transport, setup.bitwise)
         self._loop = asyncio.new_event_loop()
@@ -211,20 +218,25 @@ class VLLMRolloutEngine:
     async def _hold(self) -> None:
         """The start of a weight update: new requests wait at the gate; vLLM is paused only when requests are
         running (its pause_generation sleeps 20 ms even when idle). With nothing running and the gate shut, no
-        new cache block can be written until the release, so the prefix cache of the old weights goes now."""
+        new cache block can be written until the release, so the prefix cache of the old weights is reset
+        while the weights travel (a round trip to vLLM's engine process, awaited before the gate opens)."""
         self._gate.clear()
         self._paused = self._marks.running()
         if self._paused:
             await self._pause()
-        elif self.vllm.recompute_kv_on_sync and not await self.llm.reset_prefix_cache():
-            log.warning("vLLM did not reset its prefix cache for a weight update; cached prompt blocks "
-                        "of the previous weights may be reused")
+        elif self.vllm.recompute_kv_on_sync:
+            self._reset = asyncio.ensure_future(self.llm.reset_prefix_cache())
 
     async def _release(self) -> None:
-        """The end of a weight update: resume a paused vLLM; then let waiting requests in."""
+        """The end of a weight update: resume a paused vLLM, or see its prefix cache reset; then let waiting
+        requests in."""
+        reset, self._reset = self._reset, None
         try:
             if self._paused:
                 await self.llm.resume_generation()
+            elif reset is not None and not await reset:
+                log.warning("vLLM did not reset its prefix cache for a weight update; cached prompt blocks "
+                            "of the previous weights may be reused")
         finally:
             self._paused = False
             self._gate.set()
