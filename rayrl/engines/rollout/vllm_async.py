@@ -79,8 +79,8 @@ def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, dtype: str, 
         max_num_seqs=v.max_num_seqs, max_num_batched_tokens=v.max_num_batched_tokens,
         hf_overrides=head_overrides(v.lm_head_fp32), enable_sleep_mode=setup.sleeps,
         block_size=v.kv_block_size if setup.bitwise else None,  # the learner's attention reads the same pages
-        compilation_config=BITWISE_GRAPHS if setup.bitwise and not v.enforce_eager else None,
-        seed=setup.seed, disable_log_stats=True, **weight_transfer)
+        seed=setup.seed, disable_log_stats=True, **weight_transfer,
+        **({"compilation_config": BITWISE_GRAPHS} if setup.bitwise and not v.enforce_eager else {}))
 
 
 class VLLMRolloutEngine:
