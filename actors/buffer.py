@@ -10,6 +10,7 @@ import msgspec
 import ray
 
 from rayrl.buffer import BufferState, Ledger, Waiting
+from rayrl.group_refs import put_groups
 from rayrl.metrics import RayMetrics
 from rayrl.types import GroupMeta, Task, TrajectoryGroup
 
@@ -78,18 +79,21 @@ class TrajectoryBuffer:
     # ---- scored groups in, batches out -------------------------------------------------------
     async def put(self, worker: int, group: TrajectoryGroup, meta: GroupMeta) -> None:
         """A scored group, by value: the buffer puts it into the object store itself and so owns it."""
-        rewards = [s.reward for s in group.samples]
-        ref = None if self.state.equal_rewards(rewards) else ray.put(group)
-        async with self.changed:
-            if ref is None:
-                self.state.drop_equal(worker, meta.task_id, rewards)
-            else:
-                self.state.accept(worker, ref, meta, group.task)
-            self._changed()
+        await self.put_many(worker, [(group, meta)])
 
     async def put_many(self, worker: int, items: list[tuple[TrajectoryGroup, GroupMeta]]) -> list[None]:
-        """put() for groups a worker finished together: one round trip."""
-        return [await self.put(worker, group, meta) for group, meta in items]
+        """put() for groups a worker finished together: one round trip, and the ones kept share one object."""
+        rewards = [[s.reward for s in group.samples] for group, _ in items]
+        kept = [not self.state.equal_rewards(r) for r in rewards]
+        places = iter(put_groups([group for (group, _), keep in zip(items, kept) if keep]))
+        async with self.changed:
+            for (group, meta), r, keep in zip(items, rewards, kept):
+                if keep:
+                    self.state.accept(worker, next(places), meta, group.task)
+                else:
+                    self.state.drop_equal(worker, meta.task_id, r)
+            self._changed()
+        return [None] * len(items)
 
     async def reject(self, worker: int, task_id: str) -> None:
         async with self.changed:
@@ -101,8 +105,9 @@ class TrajectoryBuffer:
             self.state.fail(worker, task_id)
             self._changed()
 
-    async def get_batch(self, n: int) -> list[tuple[list[ray.ObjectRef], GroupMeta]]:
-        """The n oldest groups, as wrapped refs, once n are within the staleness bound. Groups past it are not
+    async def get_batch(self, n: int) -> list[tuple[list, GroupMeta]]:
+        """The n oldest groups, as places in the object store (rayrl.group_refs), once n are within the staleness
+        bound. Groups past it are not
         trained: counted as dropped_stale and their prompts generated again."""
         async with self.changed:
             while True:
@@ -115,7 +120,7 @@ class TrajectoryBuffer:
                 raise RuntimeError(f"buffer closed with {len(self.state.items)} of {n} groups")
             out = self.state.take_batch(n)
             self._changed()
-            return [([w.ref], w.meta) for w in out]
+            return [(w.ref, w.meta) for w in out]
 
     async def take_dropped(self) -> tuple[list[str], float, int]:
         """Task ids dropped for equal rewards or rejected since the last call, with the dropped samples'
@@ -128,16 +133,17 @@ class TrajectoryBuffer:
             self._changed()
 
     # ---- checkpoint and end ------------------------------------------------------------------
-    async def snapshot(self) -> tuple[list[tuple[list[ray.ObjectRef], GroupMeta]], Ledger]:
-        """The finished, untrained groups and the ledger, taken at one instant (for a checkpoint)."""
+    async def snapshot(self) -> tuple[list[tuple[list, GroupMeta]], Ledger]:
+        """The finished, untrained groups (places in the object store) and the ledger, taken at one instant (for a
+        checkpoint)."""
         async with self.changed:
-            return [([w.ref], w.meta) for w in self.state.items], msgspec.structs.replace(self.state.ledger)
+            return [(w.ref, w.meta) for w in self.state.items], msgspec.structs.replace(self.state.ledger)
 
     async def restore(self, groups: list[TrajectoryGroup]) -> None:
         """Put a checkpoint's finished groups back, oldest first (the ledger already counts them)."""
         async with self.changed:
-            self.state.restore([Waiting(ray.put(g), GroupMeta(g.task.id, g.min_version, "checkpoint"), g.task)
-                                for g in groups])
+            self.state.restore([Waiting(place, GroupMeta(g.task.id, g.min_version, "checkpoint"), g.task)
+                                for g, place in zip(groups, put_groups(groups))])
             self._changed()
 
     async def close(self) -> int:

@@ -15,6 +15,7 @@ from rayrl.config import Config
 from rayrl.engines.device_memory import PeakMemory
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan_buckets
+from rayrl.group_refs import get_groups
 from rayrl.metrics import merge_rank_stats
 from rayrl.actors.ranks import RankGroup
 from rayrl.rendezvous import init_method
@@ -35,10 +36,9 @@ def init_process_group(cfg: Config, rank: int, world_size: int, master: tuple[st
                             world_size=world_size, timeout=timedelta(seconds=cfg.learner.process_group_timeout_s))
 
 
-def fetch_batch(refs: list[list[ray.ObjectRef]], pad_id: int) -> tuple[list[TrajectoryGroup], Batch]:
-    """A rank's groups straight from the object store, collated. Each ref comes wrapped in a list,
-    so Ray hands over the reference, not the data."""
-    groups: list[TrajectoryGroup] = ray.get([ref[0] for ref in refs])
+def fetch_batch(refs: list[list], pad_id: int) -> tuple[list[TrajectoryGroup], Batch]:
+    """A rank's groups straight from the object store (their places, rayrl.group_refs), collated."""
+    groups = get_groups(refs)
     return groups, collate(groups, pad_id)
 
 

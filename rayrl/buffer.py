@@ -35,7 +35,8 @@ class Ledger(msgspec.Struct):
 
 
 class Waiting(msgspec.Struct):
-    """A finished group waiting for a batch: where it is (an object ref, or the group itself), what it is."""
+    """A finished group waiting for a batch: where it is (its place in the object store, rayrl.group_refs),
+    what it is."""
 
     ref: Any
     meta: GroupMeta

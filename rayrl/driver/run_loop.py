@@ -21,6 +21,7 @@ from rayrl.driver.reporter import StepReporter
 from rayrl.driver.reward_watch import RewardWatch
 from rayrl.driver.threads import ThreadBudget
 from rayrl.faults import RunStopped, StopRequest
+from rayrl.group_refs import get_groups
 from rayrl.rewards.combine import agreement
 from rayrl.types import Task
 
@@ -208,7 +209,7 @@ class RunLoop:
         version = ray.get(s.broadcaster.current_version.remote())
         fed, pending = self.feeder.run_state_part()
         items, ledger = ray.get(s.buffer.snapshot.remote())
-        groups = ray.get([wrapped[0] for wrapped, _ in items])
+        groups = get_groups([place for place, _ in items])
         state = RunState(step, version, fed, pending, samples, self.acc_before, ledger, self.reporter.wandb_id)
         self.last_checkpoint = str(checkpoint.commit(tmp, root, state, groups, self.cfg.checkpoint.keep))
         self.last_saved = time.monotonic()

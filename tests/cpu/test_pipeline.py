@@ -10,7 +10,8 @@ import ray
 from rayrl.data import load_tasks
 from rayrl.driver import ActorSystem
 from rayrl.actors import TrajectoryBuffer
-from rayrl.types import GroupMeta, Task, TrajectoryGroup
+from rayrl.group_refs import get_groups, put_groups
+from rayrl.types import GroupMeta, Sample, Task, TrajectoryGroup
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +88,23 @@ def test_buffer_drops_a_group_that_came_back_past_the_staleness_bound(ray_cluste
     assert (meta.task_id, meta.version) == ("old", 2)
     stats = ray.get(buffer.stats.remote())
     assert (stats["produced"], stats["trained"], stats["dropped_stale"], stats["leased"]) == (3, 2, 1, 1)
+    ray.kill(buffer)
+
+
+def test_a_hand_overs_groups_share_one_object_and_come_back_in_any_order(ray_cluster):
+    buffer = TrajectoryBuffer.remote(batch_size=3, max_staleness=0, drop_equal_rewards=True)
+    tasks = [Task(i, "", "") for i in "abc"]
+    ray.get(buffer.feed.remote(tasks))
+    assert len(ray.get(buffer.take.remote(0, 3))) == 3
+    sample = lambda r: Sample("", [1], [2], [-0.1], [0], "stop", reward=r)  # noqa: E731
+    groups = [TrajectoryGroup(t, [sample(0.0), sample(float(i != 1))]) for i, t in enumerate(tasks)]  # b: equal
+    ray.get(buffer.put_many.remote(0, [(g, GroupMeta(g.task.id, 0)) for g in groups]))
+    stats = ray.get(buffer.stats.remote())
+    assert (stats["produced"], stats["equal_rewards"], stats["waiting"]) == (3, 1, 2)
+    places = [place for place, _ in ray.get(buffer.get_batch.remote(2))]
+    assert places[0][0] == places[1][0] and [p[1] for p in places] == [0, 1]  # one object, two positions
+    assert get_groups([places[1], places[0], places[1]]) == [groups[2], groups[0], groups[2]]
+    assert get_groups(put_groups([groups[1]])) == [groups[1]] and put_groups([]) == []
     ray.kill(buffer)
 
 
