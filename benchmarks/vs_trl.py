@@ -155,10 +155,11 @@ def run_rayrl(backend: str, steps: int, eval_every: int, overrides: list[str]) -
     records = [json.loads(line) for line in (Path(s["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     curve = [(0.0, s["eval_accuracy_before"])] + [(r["elapsed_s"], r["eval_accuracy"]) for r in records
                                                   if "eval_accuracy" in r and "step" in r]
-    curve.append((s["loop_s"], s["eval_accuracy_after"]))
+    train_s = s["loop_s"] - s["eval_s"]  # evaluations paused out of the clock, as TRL's callback pauses them
+    curve.append((train_s, s["eval_accuracy_after"]))
     steps_run = [r for r in records if "step" in r][3:]  # after the first steps' warm-up
     med = lambda key: statistics.median(r[key] for r in steps_run)  # noqa: E731
-    return {"system": f"rayrl-{backend}", "curve": curve, "wall_s": s["loop_s"], "samples_per_s": s["samples"] / s["loop_s"],
+    return {"system": f"rayrl-{backend}", "curve": curve, "wall_s": train_s, "samples_per_s": s["samples"] / train_s,
             # where a step goes: the driver's wait for a batch (generation not hidden), training, the weight sync
             "step_s": med("step_s"), "wait_s": med("wait_s"), "train_s": med("train_s"), "sync_s": med("sync_s"),
             "response_len": statistics.fmean(r["response_len_mean"] for r in steps_run)}
