@@ -44,7 +44,6 @@ class BitwiseQwen2(nn.Module):
     unchanged). FSDP2 shards it as one unit: its forward reads every layer's parameters itself."""
 
     shard_per_layer = False
-    vllm_sampler_logprobs = True  # scoring takes target log-probs from vLLM's sampler kernel (bitwise_ops.token_logprobs)
 
     def __init__(self, hf_model, block_size: int) -> None:
         super().__init__()
