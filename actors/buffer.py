@@ -107,8 +107,7 @@ class TrajectoryBuffer:
 
     async def get_batch(self, n: int) -> list[tuple[list, GroupMeta]]:
         """The n oldest groups, as places in the object store (rayrl.group_refs), once n are within the staleness
-        bound. Groups past it are not
-        trained: counted as dropped_stale and their prompts generated again."""
+        bound. Groups past it are not trained: counted as dropped_stale and their prompts generated again."""
         async with self.changed:
             while True:
                 await self.changed.wait_for(lambda: len(self.state.items) >= n or self.closed)

@@ -12,9 +12,9 @@ from rayrl.types import TrajectoryGroup
 
 def put_groups(groups: list[TrajectoryGroup]) -> list[list]:
     """One object for all of them (the calling process owns it); where each one is, in order."""
-    if len(groups) == 1:
-        return [[ray.put(groups[0])]]
-    ref = ray.put(list(groups)) if groups else None
+    if len(groups) <= 1:
+        return [[ray.put(g)] for g in groups]
+    ref = ray.put(list(groups))
     return [[ref, i] for i in range(len(groups))]
 
 
