@@ -82,6 +82,51 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _Linear.apply(x, weight, bias)
 
 
+# ---- temperature: vLLM's sampler kernel (Triton's fp32 `/` is div.full, up to 2 ulp from torch's IEEE `/`) --
+class _Temperature(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, temperature: float):
+        from vllm.v1.worker.gpu.sample.gumbel import apply_temperature
+
+        out = logits.contiguous().clone()
+        rows = torch.zeros(out.shape[0], dtype=torch.int32, device=out.device)  # every row is request 0
+        apply_temperature(out, rows, torch.tensor([temperature], dtype=torch.float32, device=out.device))
+        ctx.temperature = temperature
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad / ctx.temperature, None
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """fp32 logits [n, V] / temperature as vLLM's sampler divides them (in Triton, before its log-probs)."""
+    return _Temperature.apply(logits, temperature)
+
+
+# ---- token log-probs: the kernel of vLLM's sampler (its V2 model runner's), not log_softmax + gather ------
+class _TokenLogprobs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, targets):
+        from vllm.v1.worker.gpu.sample.logprob import compute_token_logprobs
+
+        out = compute_token_logprobs(logits, targets[:, None])[:, 0]
+        ctx.save_for_backward(logits, targets)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, targets = ctx.saved_tensors
+        d = -grad[:, None] * torch.softmax(logits, -1)  # d log p[target] / d logits = onehot - softmax
+        return d.scatter_add_(-1, targets[:, None], grad[:, None]), None
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """fp32 logits [n, V] (temperature applied) -> log p(targets) [n], computed as vLLM's sampler computes the
+    log-probs it returns: max, then the sum of exponentials, then logit - max - log(sum), in one Triton kernel."""
+    return _TokenLogprobs.apply(logits, targets)
+
+
 # ---- rotary: vLLM's CUDA kernel (neox style, in place) on copies --------------------------------
 def rope_cache(head_dim: int, base: float, max_positions: int, device, dtype) -> torch.Tensor:
     """[positions, head_dim]: cos then sin, computed as vLLM's RotaryEmbedding computes them (fp32 on the

@@ -44,6 +44,7 @@ class BitwiseQwen2(nn.Module):
     unchanged). FSDP2 shards it as one unit: its forward reads every layer's parameters itself."""
 
     shard_per_layer = False
+    vllm_sampler_logprobs = True  # scoring divides and takes log-probs with vLLM's sampler kernels (bitwise_ops)
 
     def __init__(self, hf_model, block_size: int) -> None:
         super().__init__()

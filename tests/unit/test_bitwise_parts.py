@@ -120,6 +120,53 @@ def test_linear_runs_vllms_linear_and_has_the_gradients_of_f_linear(monkeypatch)
     assert bitwise_linear(x, w).shape == (7, 5) and calls == [True, True, False]  # the check above called it too
 
 
+def test_scoring_takes_temperature_and_token_logprobs_from_vllms_sampler_kernels(monkeypatch):
+    # vLLM's sampler kernels are Triton (CUDA only): stood in for by references that count their calls; the bitwise
+    # scoring path must use them for the division and the log-probs and still give log_softmax's gradient
+    import vllm.v1.worker.gpu.sample.gumbel as vgumbel
+    import vllm.v1.worker.gpu.sample.logprob as vlp
+
+    from rayrl.engines.learner.scoring import token_logprobs
+
+    calls, divisions = [], []
+
+    def kernel(logits, token_ids):
+        calls.append(tuple(token_ids.shape))
+        return torch.log_softmax(logits.float(), -1).gather(-1, token_ids)
+
+    def temperature_kernel(logits, rows, temperature):  # in place, one temperature per request row
+        divisions.append((tuple(logits.shape), rows.tolist(), temperature.tolist()))
+        logits.div_(temperature[rows.long()][:, None])
+
+    monkeypatch.setattr(vlp, "compute_token_logprobs", kernel)
+    monkeypatch.setattr(vgumbel, "apply_temperature", temperature_kernel)
+
+    class Model(torch.nn.Module):
+        vllm_sampler_logprobs = True
+
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Linear(4, 11)
+
+        def get_output_embeddings(self):
+            return self.head
+
+        def forward(self, input_ids, **_):
+            return type("Out", (), {"logits": self.head(torch.ones(*input_ids.shape, 4) * input_ids[..., None])})
+
+    torch.manual_seed(0)
+    model, ids = Model(), torch.randint(0, 11, (2, 5))
+    logp = token_logprobs(model, ids, None, temperature=0.7)
+    assert calls == [(8, 1)] and logp.shape == (2, 5) and torch.all(logp[:, 0] == 0)
+    assert divisions == [((8, 11), [0] * 8, [pytest.approx(0.7)])]
+    want = torch.log_softmax(model(ids).logits[:, :-1].float() / 0.7, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    assert torch.equal(logp[:, 1:], want)
+    got = torch.autograd.grad(logp.sum(), model.head.weight)[0]
+    assert torch.allclose(got, torch.autograd.grad(want.sum(), model.head.weight)[0], atol=1e-6)
+    logp, ent = token_logprobs(model, ids, None, temperature=0.7, entropy=True)  # the entropy bonus: full softmax
+    assert len(calls) == 2 and torch.equal(logp[:, 1:], want) and ent.shape == (2, 5)
+
+
 def test_config_names_what_bitwise_mode_needs():
     with pytest.raises(ConfigError, match="verified for one learner rank.*learner.num_workers=1"):
         load_config(None, ["rollout.bitwise_on_policy=true", "rollout.engine=vllm", "cluster.n_gpus_per_node=1",
