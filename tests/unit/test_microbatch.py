@@ -5,7 +5,7 @@ import torch
 
 from rayrl.batching import collate
 from rayrl.engines.learner.device import packs_sequences
-from rayrl.engines.learner.microbatch import empty_like, microbatches, plan_microbatches
+from rayrl.engines.learner.microbatch import PADDING_SHARE, empty_like, microbatches, plan_microbatches, plan_padded
 from rayrl import components
 from rayrl.components import demo_model
 
@@ -17,6 +17,19 @@ def test_first_fit_plan_respects_budget_and_keeps_every_sequence():
     assert all(sum(lengths[i] for i in mb) <= 10 for mb in plan)
     with pytest.raises(ValueError, match="max_tokens_per_micro_batch"):
         plan_microbatches([11], max_tokens=10)
+
+
+def test_padded_plan_groups_similar_lengths_under_the_padded_budget():
+    lengths = [12, 5, 11, 6, 12, 5, 7, 11, 6, 13]
+    plan = plan_padded(lengths, max_tokens=40)
+    assert sorted(i for mb in plan for i in mb) == list(range(len(lengths)))
+    for mb in plan:
+        rows, width = len(mb), max(lengths[i] for i in mb)
+        assert rows * width <= 40 and sum(lengths[i] for i in mb) >= (1 - PADDING_SHARE) * rows * width, mb
+    assert [sorted(lengths[i] for i in mb) for mb in plan] == [[12, 12, 13], [7, 11, 11], [5, 5, 6, 6]]
+    assert plan_padded([4] * 10, max_tokens=1000) == [list(range(10))]  # equal lengths: one micro-batch
+    with pytest.raises(ValueError, match="max_tokens_per_micro_batch"):
+        plan_padded([11], max_tokens=10)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +72,7 @@ def test_packed_rows_carry_the_offsets_the_varlen_kernel_reads(make_cfg, random_
     assert mb.cu_seqlens.tolist() == [0, *lengths.cumsum(0).tolist()] and mb.max_seqlen == lengths.max()
     kwargs = mb.attention_kwargs("cpu")
     assert kwargs["cu_seq_lens_q"] is kwargs["cu_seq_lens_k"] and kwargs["max_length_q"] == mb.max_seqlen
-    (rows,) = microbatches(batch, max_tokens=10_000, pack=False)
+    rows = microbatches(batch, max_tokens=10_000, pack=False)[0]
     assert rows.cu_seqlens is None and rows.attention_kwargs("cpu") == {}
     assert empty_like(mb).cu_seqlens.tolist() == [0, 1] and empty_like(rows).cu_seqlens is None
     # by default packed only where the varlen kernel runs: on this CPU machine, padded
