@@ -82,7 +82,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _Linear.apply(x, weight, bias)
 
 
-# ---- temperature: vLLM's sampler kernel (Triton's fp32 `/` is div.full, up to 2 ulp from torch's IEEE `/`) --
+# ---- the sampler's log-probs: vLLM's kernels on the logits as its sampler holds them ------------------
 class _Temperature(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, temperature: float):
@@ -99,12 +99,20 @@ class _Temperature(torch.autograd.Function):
         return grad / ctx.temperature, None
 
 
-def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """fp32 logits [n, V] / temperature as vLLM's sampler divides them (in Triton, before its log-probs)."""
-    return _Temperature.apply(logits, temperature)
+def sampler_logits(logits: torch.Tensor, temperature: float, row_stride: int) -> torch.Tensor:
+    """Logits [n, V] laid out as vLLM's V2 sampler scores them. At temperature 0 or 1: the lm_head's rows as they
+    are (model dtype, row_stride apart: the padded vocabulary). Otherwise: an fp32 copy divided by vLLM's Triton
+    kernel (Triton's fp32 `/` is div.full, up to 2 ulp from torch's). Triton specialises its log-prob kernel on
+    the dtype and stride, and the specialisation sets the order of its sums."""
+    if temperature not in (0.0, 1.0):
+        return _Temperature.apply(logits.float(), temperature)
+    if logits.stride() != (row_stride, 1):
+        padded = logits.new_empty(logits.shape[0], row_stride)
+        padded[:, : logits.shape[1]] = logits
+        logits = padded[:, : logits.shape[1]]
+    return logits
 
 
-# ---- token log-probs: the kernel of vLLM's sampler (its V2 model runner's), not log_softmax + gather ------
 class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, targets):
@@ -117,12 +125,12 @@ class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         logits, targets = ctx.saved_tensors
-        d = -grad[:, None] * torch.softmax(logits, -1)  # d log p[target] / d logits = onehot - softmax
-        return d.scatter_add_(-1, targets[:, None], grad[:, None]), None
+        d = -grad[:, None] * torch.softmax(logits.float(), -1)  # d log p[target] / d logits = onehot - softmax
+        return d.scatter_add_(-1, targets[:, None], grad[:, None]).to(logits.dtype), None
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """fp32 logits [n, V] (temperature applied) -> log p(targets) [n], computed as vLLM's sampler computes the
+    """Logits [n, V] from sampler_logits -> log p(targets) [n] (fp32), computed as vLLM's sampler computes the
     log-probs it returns: max, then the sum of exponentials, then logit - max - log(sum), in one Triton kernel."""
     return _TokenLogprobs.apply(logits, targets)
 

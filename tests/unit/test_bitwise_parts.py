@@ -120,9 +120,10 @@ def test_linear_runs_vllms_linear_and_has_the_gradients_of_f_linear(monkeypatch)
     assert bitwise_linear(x, w).shape == (7, 5) and calls == [True, True, False]  # the check above called it too
 
 
-def test_scoring_takes_temperature_and_token_logprobs_from_vllms_sampler_kernels(monkeypatch):
-    # vLLM's sampler kernels are Triton (CUDA only): stood in for by references that count their calls; the bitwise
-    # scoring path must use them for the division and the log-probs and still give log_softmax's gradient
+def test_scoring_runs_vllms_sampler_kernels_on_the_logits_as_vllm_holds_them(monkeypatch):
+    # vLLM's sampler kernels are Triton (CUDA only): stood in for by references that record what they were given.
+    # At temperature 1 vLLM scores its lm_head's rows in place (row stride: the padded vocabulary); otherwise an
+    # fp32 copy its temperature kernel divided. The gradient stays log_softmax's.
     import vllm.v1.worker.gpu.sample.gumbel as vgumbel
     import vllm.v1.worker.gpu.sample.logprob as vlp
 
@@ -131,18 +132,18 @@ def test_scoring_takes_temperature_and_token_logprobs_from_vllms_sampler_kernels
     calls, divisions = [], []
 
     def kernel(logits, token_ids):
-        calls.append(tuple(token_ids.shape))
+        calls.append((tuple(token_ids.shape), logits.stride(), logits.dtype))
         return torch.log_softmax(logits.float(), -1).gather(-1, token_ids)
 
     def temperature_kernel(logits, rows, temperature):  # in place, one temperature per request row
-        divisions.append((tuple(logits.shape), rows.tolist(), temperature.tolist()))
+        divisions.append((tuple(logits.shape), logits.is_contiguous(), rows.tolist(), temperature.tolist()))
         logits.div_(temperature[rows.long()][:, None])
 
     monkeypatch.setattr(vlp, "compute_token_logprobs", kernel)
     monkeypatch.setattr(vgumbel, "apply_temperature", temperature_kernel)
 
     class Model(torch.nn.Module):
-        vllm_sampler_logprobs = True
+        vllm_sampler_logprobs, padded_vocab = True, 16
 
         def __init__(self):
             super().__init__()
@@ -156,15 +157,19 @@ def test_scoring_takes_temperature_and_token_logprobs_from_vllms_sampler_kernels
 
     torch.manual_seed(0)
     model, ids = Model(), torch.randint(0, 11, (2, 5))
-    logp = token_logprobs(model, ids, None, temperature=0.7)
-    assert calls == [(8, 1)] and logp.shape == (2, 5) and torch.all(logp[:, 0] == 0)
-    assert divisions == [((8, 11), [0] * 8, [pytest.approx(0.7)])]
-    want = torch.log_softmax(model(ids).logits[:, :-1].float() / 0.7, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    assert torch.equal(logp[:, 1:], want)
-    got = torch.autograd.grad(logp.sum(), model.head.weight)[0]
-    assert torch.allclose(got, torch.autograd.grad(want.sum(), model.head.weight)[0], atol=1e-6)
+    wanted = {}
+    for t in (0.7, 1.0):
+        logp = token_logprobs(model, ids, None, temperature=t)
+        assert logp.shape == (2, 5) and torch.all(logp[:, 0] == 0)
+        want = torch.log_softmax(model(ids).logits[:, :-1].float() / t, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        assert torch.equal(logp[:, 1:], want), t
+        wanted[t] = want
+        got = torch.autograd.grad(logp.sum(), model.head.weight)[0]
+        assert torch.allclose(got, torch.autograd.grad(want.sum(), model.head.weight)[0], atol=1e-6), t
+    assert divisions == [((8, 11), True, [0] * 8, [pytest.approx(0.7)])]  # none at temperature 1
+    assert calls == [((8, 1), (11, 1), torch.float32), ((8, 1), (16, 1), torch.float32)]
     logp, ent = token_logprobs(model, ids, None, temperature=0.7, entropy=True)  # the entropy bonus: full softmax
-    assert len(calls) == 2 and torch.equal(logp[:, 1:], want) and ent.shape == (2, 5)
+    assert len(calls) == 3 and torch.equal(logp[:, 1:], wanted[0.7]) and ent.shape == (2, 5)
 
 
 def test_config_names_what_bitwise_mode_needs():

@@ -27,16 +27,15 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
             out = model(**inputs).logits[:, :-1]
         logp, ent = (out[..., 0], out[..., 1]) if entropy else (out, None)
     else:
-        logits = model(**inputs).logits[:, :-1].float()
-        sampler_kernel = getattr(model, "vllm_sampler_logprobs", False)
-        if sampler_kernel:  # the bitwise forward: the very kernels vLLM's sampler divides and reports log-probs with
-            logits = bitwise_ops.apply_temperature(logits.flatten(0, 1), temperature).view(logits.shape)
-        else:  # on CUDA, dividing by a Python float multiplies by its reciprocal; a tensor divides
-            logits = logits / (logits.new_tensor(temperature) if logits.is_cuda else temperature)
-        all_logp = torch.log_softmax(logits, -1) if entropy or not sampler_kernel else None
-        if sampler_kernel:
-            logp = bitwise_ops.token_logprobs(logits.flatten(0, 1), input_ids[:, 1:].flatten()).view(logits.shape[:2])
-        else:
+        logits = model(**inputs).logits[:, :-1]
+        if getattr(model, "vllm_sampler_logprobs", False):  # the bitwise forward: vLLM's sampler kernels
+            rows = bitwise_ops.sampler_logits(logits.flatten(0, 1), temperature, model.padded_vocab)
+            logp = bitwise_ops.token_logprobs(rows, input_ids[:, 1:].flatten()).view(logits.shape[:2])
+            all_logp = torch.log_softmax(rows.float(), -1).view(*logits.shape) if entropy else None
+        else:  # on CUDA, dividing by a Python float multiplies by its reciprocal; vLLM divides by a tensor
+            logits = logits.float()
+            divisor = logits.new_tensor(temperature) if logits.is_cuda else temperature
+            all_logp = torch.log_softmax(logits / divisor, -1)
             logp = all_logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         ent = -(all_logp.exp() * all_logp).sum(-1) if entropy else None
     pad = lambda t: torch.cat([torch.zeros_like(t[:, :1]), t], 1)  # noqa: E731
