@@ -93,6 +93,19 @@ def _response_gap(logps, prompts, samples) -> float:
     return mismatch(learner, [got for _, got in samples])["mismatch_max"]
 
 
+def _fp32_rows_gap(model, seqs, prompts, samples) -> float:
+    """The bitwise forward's gap when vLLM's log-prob kernel gets fp32 contiguous rows, not the bf16 rows a padded
+    vocabulary apart that vLLM's sampler gives it at temperature 1: what the layout alone changes."""
+    from rayrl.models import bitwise_ops
+
+    matched = bitwise_ops.sampler_logits
+    bitwise_ops.sampler_logits = lambda logits, temperature, row_stride: logits.float().contiguous()
+    try:
+        return _response_gap(_learner_logprobs(model, seqs, 1.0), prompts, samples)
+    finally:
+        bitwise_ops.sampler_logits = matched
+
+
 def _grads(model, seqs, prompts) -> torch.Tensor:
     model.zero_grad(set_to_none=True)
     logps = _learner_logprobs(model, seqs, 1.0, grad=True)
@@ -150,7 +163,8 @@ def _engine_check(model_dir: Path) -> dict:
            "alone_vs_batched_same_tokens": alone[0] == batched[0],
            "sampled_tokens": sum(len(t) for t, _ in samples), "prompt_lengths": list(PROMPT_LENGTHS),
            "learner_bitwise_max": _response_gap(_learner_logprobs(bitwise, seqs, 1.0), prompts, samples),
-           "learner_normal_max": _response_gap(_learner_logprobs(hf, seqs, 1.0), prompts, samples)}
+           "learner_normal_max": _response_gap(_learner_logprobs(hf, seqs, 1.0), prompts, samples),
+           "learner_bitwise_max_fp32_rows": _fp32_rows_gap(bitwise, seqs, prompts, samples)}
     g_bitwise, g_normal = _grads(bitwise, seqs, prompts), _grads(hf, seqs, prompts)
     row["grad_cosine"] = float(F.cosine_similarity(g_bitwise, g_normal, dim=0))
     row["grad_norm_ratio"] = float(g_bitwise.norm() / g_normal.norm())
@@ -222,8 +236,8 @@ def main() -> None:
     path = write_result("bitwise", {"engine_check": check, "runs": runs, "cost": cost, "gpu": torch.cuda.get_device_name()},
                         args.commit)
     if check:
-        print_table([check], ["alone_vs_batched_max", "sampled_tokens", "learner_bitwise_max", "learner_normal_max",
-                              "grad_cosine"])
+        print_table([check], ["alone_vs_batched_max", "sampled_tokens", "learner_bitwise_max",
+                              "learner_bitwise_max_fp32_rows", "learner_normal_max", "grad_cosine"])
     print_table([{**r, "mismatch_max": max(r["mismatch_max"]), "tokens_min": min(r["mismatch_tokens"])} for r in runs],
                 ["mode", "steps", "mismatch_max", "tokens_min", "rollout_tokens_per_s", "learner_mfu", "step_s_median"])
     print(cost, "->", path)
