@@ -30,10 +30,6 @@ def test_vllm_is_batch_invariant_across_the_256_token_switch(engine_row):
     assert engine_row["alone_vs_batched_same_tokens"] and engine_row["alone_vs_batched_max"] == 0.0, engine_row
 
 
-@pytest.mark.xfail(strict=True, reason="measured on one H200 (vLLM 0.26.0, V2 model runner, torch 2.11; "
-                   "bitwise_check-20261203-082049.json): max |Δ log p| = 4.77e-7 (one float32 ulp at |log p| in "
-                   "[4, 8)) over 2,048 sampled tokens, not 0.0; the normal forward gives 0.14. Neither the lm_head "
-                   "through vLLM's batch-invariant GEMM nor scoring with vLLM's sampler log-prob kernel removed it")
 def test_the_learner_scores_vllms_tokens_exactly(engine_row):
     assert engine_row["sampled_tokens"] >= 2000
     assert engine_row["learner_normal_max"] > 0.0, "the normal forward matched too: the check could not fail"
@@ -62,9 +58,5 @@ def test_both_sides_hold_the_same_weights_after_every_sync(recipe_run):
     assert max(run["mismatch_max"]) <= 4.8e-7, run  # steps 2-4 follow weight syncs: no worse than at step 1
 
 
-@pytest.mark.xfail(strict=True, reason="measured on one H200 (bitwise-20261203-082758.json, commit adf771a): "
-                   "mismatch_max 4.77e-7 at every step, 3 of them after weight syncs, over >= 11,090 tokens each, "
-                   "with every synced tensor equal on both sides: the single float32 ulp the learner leaves at fixed "
-                   "weights (test_the_learner_scores_vllms_tokens_exactly)")
 def test_every_training_step_is_exactly_on_policy(recipe_run):
     assert recipe_run["mismatch_max"] == [0.0] * 4, recipe_run
