@@ -30,6 +30,7 @@ from benchmarks.gpu_learner_check import mismatch
 from rayrl.config import load_config
 from rayrl.data.gsm8k import write_synthetic_gsm8k
 from rayrl.engines.rollout.vllm_async import BITWISE_GRAPHS
+from rayrl.models.bitwise_ops import strided_rows
 from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.models.policy import load_policy
 from rayrl.models.tokenizer import TEXT_CHARS
@@ -93,15 +94,9 @@ def _response_gap(logps, prompts, samples) -> float:
     return mismatch(learner, [got for _, got in samples])["mismatch_max"]
 
 
-def _padded(rows: torch.Tensor, row_stride: int) -> torch.Tensor:
-    out = rows.new_empty(rows.shape[0], row_stride)
-    out[:, : rows.shape[1]] = rows
-    return out[:, : rows.shape[1]]
-
-
 LAYOUTS = {  # other layouts of the logits vLLM's log-prob kernel could be given (the learner's: bf16, padded stride)
     "fp32_contiguous": lambda rows, stride: rows.float().contiguous(),
-    "fp32_padded": lambda rows, stride: _padded(rows.float(), stride),
+    "fp32_padded": lambda rows, stride: strided_rows(rows.float(), stride),
     "bf16_contiguous": lambda rows, stride: rows.contiguous(),
 }
 

@@ -106,11 +106,15 @@ def sampler_logits(logits: torch.Tensor, temperature: float, row_stride: int) ->
     the dtype and stride, and the specialisation sets the order of its sums."""
     if temperature not in (0.0, 1.0):
         return _Temperature.apply(logits.float(), temperature)
-    if logits.stride() != (row_stride, 1):
-        padded = logits.new_empty(logits.shape[0], row_stride)
-        padded[:, : logits.shape[1]] = logits
-        logits = padded[:, : logits.shape[1]]
-    return logits
+    return logits if logits.stride() == (row_stride, 1) else strided_rows(logits, row_stride)
+
+
+def strided_rows(rows: torch.Tensor, row_stride: int) -> torch.Tensor:
+    """rows [n, V] copied into a buffer whose rows are row_stride apart (V <= row_stride), as a view of its first V
+    columns: the layout of vLLM's lm_head output after it drops the padded vocabulary."""
+    buffer = rows.new_empty(rows.shape[0], row_stride)
+    buffer[:, : rows.shape[1]] = rows
+    return buffer[:, : rows.shape[1]]
 
 
 class _TokenLogprobs(torch.autograd.Function):

@@ -95,14 +95,16 @@ def plan_padded(lengths: list[int], max_tokens: int) -> list[list[int]]:
     if lengths and max(lengths) > max_tokens:
         plan_microbatches(lengths, max_tokens)  # raises, naming the setting
     bins: list[list[int]] = []
+    real = 0  # the last micro-batch's tokens without padding
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
         if bins:
             rows, width = len(bins[-1]) + 1, lengths[bins[-1][0]]
-            real = sum(lengths[j] for j in bins[-1]) + lengths[i]
-            if rows * width <= max_tokens and real >= (1 - PADDING_SHARE) * rows * width:
+            if rows * width <= max_tokens and real + lengths[i] >= (1 - PADDING_SHARE) * rows * width:
                 bins[-1].append(i)
+                real += lengths[i]
                 continue
         bins.append([i])
+        real = lengths[i]
     return [sorted(b) for b in bins]
 
 
