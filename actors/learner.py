@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 
 import ray
@@ -52,6 +53,7 @@ class LearnerWorker:
         self.learner = components.learner(cfg, model_path, num_threads)
         self.pad_id = self.learner.tokenizer.pad_token_id
         self.transport = None
+        self.last_send: dict[str, float] = {}  # rank 0: the last weight send's time, and its parts
 
     def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None,
               threads: int | None = None) -> TrainResult:
@@ -95,12 +97,19 @@ class LearnerWorker:
     def send_weights(self, plan: BucketPlan):
         """Every rank walks its full weights in lockstep; rank 0 streams them to the rollout workers
         (ipc: returns the handles the rollout workers read them from)."""
+        t0 = time.perf_counter()
         weights = self.learner.named_full_weights()
         if self.rank == 0:
-            return self.transport.send(weights, plan)
+            sent = self.transport.send(weights, plan)
+            self.last_send = {"send_s": time.perf_counter() - t0, **getattr(self.transport, "last_send", {})}
+            return sent
         for _ in weights:
             pass
         return None
+
+    def send_report(self) -> dict:
+        """Rank 0: how long the last send_weights took in this process (the transport's parts with it)."""
+        return dict(self.last_send)
 
     def release(self) -> None:
         """Colocated, after a step: optimizer state to host memory, cached blocks back to the device."""

@@ -218,16 +218,20 @@ class RolloutWorker:
     @ray.method(concurrency_group="ctrl")
     async def receive_weights(self, meta, version: int) -> None:
         """Load the sync's weights, then resume as `version` (one call: a sync's last round trip)."""
+        t0 = time.perf_counter()
         await self.engine.receive_weights(meta)
+        t1 = time.perf_counter()
         if not self.use.awake.is_set():  # weights written, the KV cache not back yet
             self.phase_memory["mem_sync_gb"] = device_used_gb()
         await self.engine.end_weight_update(version)
+        self.phase_memory.update(receive_s=t1 - t0, resume_s=time.perf_counter() - t1)
         self.use.awake.set()
         self.metrics.set("rollout_version", version)
 
     @ray.method(concurrency_group="ctrl")
     def sync_report(self) -> dict:
-        """Colocated: device memory at the last sleep and sync; ipc: how the last sync was written."""
+        """Colocated: device memory at the last sleep and sync; the last sync's receive and resume times; ipc:
+        how it was written (and the engine RPC's round trip)."""
         receive = getattr(self.engine, "last_receive", None)
         return {**self.phase_memory, **(receive() if receive else {})}
 

@@ -69,10 +69,11 @@ def probe(rollout, learners, prompts: list[list[int]], n_tokens: int) -> tuple[d
 
 def sync_parts(broadcaster, learners, rollout, plan, repeats: int) -> dict:
     """The hot sync's steps one at a time from the driver (each a Ray call; the broadcaster overlaps the first
-    two), medians: pausing vLLM, the learner packing its buckets, vLLM writing them (its own share of that in
-    write_s) and resuming."""
+    two), medians: pausing vLLM, the learner packing its buckets (inside its process: the walk over its
+    parameters and the device copy), vLLM reading them (inside the rollout actor: the engine RPC, its round
+    trip and the worker's write) and resuming."""
     version = ray.get(broadcaster.current_version.remote())
-    times: dict[str, list[float]] = {"pause_s": [], "send_s": [], "receive_resume_s": [], "write_s": []}
+    times: dict[str, list[float]] = {}
     for _ in range(repeats):
         t0 = time.perf_counter()
         ray.get(rollout.begin_weight_update.remote())
@@ -81,8 +82,12 @@ def sync_parts(broadcaster, learners, rollout, plan, repeats: int) -> dict:
         t2 = time.perf_counter()
         ray.get(rollout.receive_weights.remote(meta, version))
         t3 = time.perf_counter()
-        for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2, ray.get(rollout.sync_report.remote())["seconds"])):
-            times[key].append(value)
+        sent, received = ray.get([learners.rank0.send_report.remote(), rollout.sync_report.remote()])
+        parts = {"pause_s": t1 - t0, "send_s": t2 - t1, "receive_resume_s": t3 - t2, "write_s": received["seconds"],
+                 **{f"learner_{k}": v for k, v in sent.items()},
+                 **{f"rollout_{k}": received[k] for k in ("receive_s", "rpc_s", "resume_s") if k in received}}
+        for key, value in parts.items():
+            times.setdefault(key, []).append(value)
     return {f"part_{k}_median": statistics.median(v) for k, v in times.items()}
 
 

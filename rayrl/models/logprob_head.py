@@ -1,5 +1,6 @@
 """An lm_head that scores tokens without materialising the [tokens × vocab] logits: inside `scoring()`
-it returns each target token's log-prob, computed chunk by chunk in fp32 (recomputed in backward).
+it returns each target token's log-prob, computed chunk by chunk in fp32 (recomputed in backward, unless
+the rows fit in one chunk: then the logits are kept for the backward, which holds them at that point anyway).
 
 It keeps a learner's micro-batches large (full fp32 logits of a 152k vocabulary are 0.6 MB a token)
 and gives bf16 learners fp32 logits, as vLLM's head_dtype=float32 does (vllm.lm_head_fp32).
@@ -69,6 +70,8 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
             out[s: s + chunk, 0], lse[s: s + chunk] = scores_of(z, targets[s: s + chunk], 1.0 / temperature)
             if with_entropy:
                 out[s: s + chunk, 1] = _chunk_entropy(z, lse[s: s + chunk], 1.0 / temperature)
+        # one chunk: keep its logits (the backward's recomputed chunk would take the same memory), saving a GEMM
+        ctx.logits = z if 0 < hidden.shape[0] <= chunk else None
         ctx.save_for_backward(hidden, weight, targets, lse, out[:, 1] if with_entropy else lse)
         ctx.inv_t, ctx.chunk, ctx.compiled, ctx.with_entropy = 1.0 / temperature, chunk, compiled, with_entropy
         return out if with_entropy else out.squeeze(1)
@@ -79,20 +82,23 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
         grad_of = _chunk_grad_fused if ctx.compiled else _chunk_grad
         g_logp = grad_out[:, 0] if ctx.with_entropy else grad_out
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
-            if ctx.needs_input_grad[1] else None
+        kept, ctx.logits, grad_weight = ctx.logits, None, None
         for s in range(0, hidden.shape[0], ctx.chunk):
             rows = slice(s, s + ctx.chunk)
             h = hidden[rows]
-            z = _fp32_logits(h, weight)
+            z = kept if kept is not None else _fp32_logits(h, weight)
             dz = grad_of(z, lse[rows], g_logp[rows].float(), targets[rows], ctx.inv_t, weight.dtype)
             if ctx.with_entropy:
                 dz = (dz.float() + _chunk_entropy_grad(z, lse[rows], entropy[rows], grad_out[rows, 1].float(),
                                                        ctx.inv_t)).to(weight.dtype)
             if grad_hidden is not None:
                 grad_hidden[rows] = (dz @ weight).to(hidden.dtype)
-            if grad_weight is not None:
-                grad_weight += (dz.t() @ h.to(weight.dtype)).float()
+            if ctx.needs_input_grad[1]:  # chunks sum in fp32; one chunk's product is the gradient as it is
+                part = dz.t() @ h.to(weight.dtype)
+                if grad_weight is None:
+                    grad_weight = part if kept is not None else part.float()
+                else:
+                    grad_weight += part
         return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None, None, None, None
 
 

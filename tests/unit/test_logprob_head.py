@@ -72,3 +72,25 @@ def test_a_biased_lm_head_is_refused():
     model.lm_head = torch.nn.Linear(64, 300, bias=True)
     with pytest.raises(ValueError, match="bias"):
         use_logprob_head(model, 8)
+
+
+def test_one_chunk_keeps_its_logits_for_the_backward_with_the_same_gradients():
+    torch.manual_seed(2)
+    hidden = torch.randn(12, 64, dtype=torch.float64)
+    targets = torch.randint(0, 300, (12,))
+    upstream = torch.randn(12, 2, dtype=torch.float64)
+    grads = []
+    for chunk in (12, 5):  # 12: one chunk, logits kept; 5: three chunks, recomputed
+        head = TokenLogprobHead(64, 300, chunk=chunk).double()
+        torch.manual_seed(3)
+        torch.nn.init.normal_(head.weight, std=0.2)
+        h = hidden.clone().requires_grad_()
+        with scoring(head, targets, 0.8, entropy=True):
+            out = head(h)
+        ctx = out.grad_fn.next_functions[0][0]  # the head returns a view of the function's output
+        assert (getattr(ctx, "logits", None) is not None) == (chunk == 12)
+        (out.double() * upstream).sum().backward()
+        assert getattr(ctx, "logits", None) is None  # released once the backward used them
+        grads.append((h.grad, head.weight.grad))
+    for kept, chunked in zip(*grads):
+        assert (kept - chunked).abs().max() < 1e-5 * max(1.0, chunked.abs().max().item())  # fp32 logits

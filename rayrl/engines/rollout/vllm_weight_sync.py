@@ -9,6 +9,7 @@ calls the project's worker extension through collective_rpc (vllm_ipc_extension)
 from __future__ import annotations
 
 import inspect
+import time
 
 import msgspec
 
@@ -68,8 +69,10 @@ class VLLMWeightSync:
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
 
         if self.transport == "ipc":
+            t0 = time.perf_counter()
             payload = msgspec.to_builtins(plan, builtin_types=(bytes,))  # plain data: no pickle in vLLM's RPC
             self.last_receive = (await llm.collective_rpc("rayrl_receive_ipc", args=(payload,)))[0]
+            self.last_receive["rpc_s"] = time.perf_counter() - t0
             return
         if self.transport == "gloo":
             info = {"plan": msgspec.to_builtins(plan)}

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+import time
+
 import msgspec
 import torch
 from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
@@ -67,6 +69,7 @@ class IpcTransport:
         self._buffers: list[torch.Tensor] = []
         self._slots: list[torch.Tensor] = []  # sender: each tensor's place in its bucket, in plan order
         self._shared: list[SharedBuffer] = []
+        self.last_send: dict[str, float] = {}  # sender: the last send's host walk and device copy, in seconds
         # receiver: the sender's buffers by (allocation handle, offset in it), each opened once, and the
         # tensor views of the last payload (the same buffers and plan every sync)
         self._opened: dict[tuple[bytes, int, int], torch.Tensor] = {}
@@ -82,10 +85,13 @@ class IpcTransport:
                              for b in plan.buckets]
             self._slots = [t for b, buf in zip(plan.buckets, self._buffers) for _, t in unpack(buf, b)]
             self._shared = [share(b) for b in self._buffers]
+        t0 = time.perf_counter()
         tensors = [t for _, t in checked_in_plan_order(named_tensors, plan, cast=False)]
+        t1 = time.perf_counter()
         with torch.no_grad():
             torch._foreach_copy_(self._slots, tensors)  # one fused copy; casts to the plan's dtype on the way in
         torch.cuda.synchronize()  # the receiver reads on another stream of another process
+        self.last_send = {"gather_s": t1 - t0, "copy_s": time.perf_counter() - t1}
         return IpcPayload(plan, self._shared)
 
     def receive(self, payload: IpcPayload) -> Iterator[tuple[str, torch.Tensor]]:
