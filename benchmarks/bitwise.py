@@ -184,7 +184,10 @@ def _engine_check(model_dir: Path) -> dict:
     return row
 
 
-def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, tag: str, extra: tuple = ()) -> dict:
+def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, tag: str, extra: tuple = (),
+           warmup: int = 1) -> dict:
+    """One recipe run; mismatch on every step, speed over the steps after `warmup` (the first step compiles
+    and autotunes kernels for the run's shapes, in each mode its own)."""
     from rayrl.trainer import train
 
     overrides = [f"model.path={model_dir}", f"data.path={data}", f"learner.total_steps={steps}",
@@ -198,6 +201,7 @@ def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, ta
     steps_ = [r for r in map(json.loads, (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines())
               if "step" in r]
     n_params = _n_params(model_dir)
+    timed = steps_[warmup:] or steps_
     return {"mode": "bitwise" if bitwise else "normal", "steps": len(steps_),
             # which forward each side ran: the learner's scoring model, and vLLM's graphs
             "learner_forward": "BitwiseQwen2 (vLLM's kernels)" if bitwise else "Hugging Face Qwen2",
@@ -212,9 +216,10 @@ def recipe(model_dir: Path, data: Path, out: Path, bitwise: bool, steps: int, ta
             "sync_changed_after_wake": [s.get("sync_changed_after_wake") for s in steps_],
             "view_unequal_tensors": [s.get("bitwise_view_unequal") for s in steps_],
             "view_checked_tensors": [s.get("bitwise_view_checked") for s in steps_],
-            "rollout_tokens_per_s": sum(s["tokens"] for s in steps_) / sum(s["wait_s"] for s in steps_),
-            "learner_mfu": 6 * n_params * sum(s["tokens"] for s in steps_) / sum(s["train_s"] for s in steps_)
-            / H200_BF16_PEAK, "step_s_median": statistics.median(s["step_s"] for s in steps_)}
+            "warmup_steps": warmup, "train_s": [s["train_s"] for s in steps_], "wait_s": [s["wait_s"] for s in steps_],
+            "rollout_tokens_per_s": sum(s["tokens"] for s in timed) / sum(s["wait_s"] for s in timed),
+            "learner_mfu": 6 * n_params * sum(s["tokens"] for s in timed) / sum(s["train_s"] for s in timed)
+            / H200_BF16_PEAK, "step_s_median": statistics.median(s["step_s"] for s in timed)}
 
 
 def _n_params(model_dir: Path) -> int:
@@ -225,32 +230,51 @@ def _n_params(model_dir: Path) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def main() -> None:
-    p = benchmark_parser(__doc__)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--skip-engine-check", action="store_true")
-    p.add_argument("overrides", nargs="*")
-    args = p.parse_args()
-    root = Path(tempfile.mkdtemp())
-    model_dir, data = fixtures(root)
-    check = {} if args.skip_engine_check else engine_check(model_dir)
-    runs = []
-    for i in range(args.repeats):
-        for bitwise in ((False, True) if i % 2 == 0 else (True, False)):
-            runs.append(recipe(model_dir, data, root / "runs", bitwise, args.steps, f"r{i}-{bitwise}",
-                               tuple(args.overrides)))
+def report(check: dict, runs: list[dict], commit: str | None, merged: list[str] | None = None) -> None:
+    """The cost (bitwise over normal, medians over runs), JSON and two tables."""
     by_mode = {m: [r for r in runs if r["mode"] == m] for m in ("normal", "bitwise")}
     cost = {f"{k}_ratio": statistics.median(b[k] for b in by_mode["bitwise"]) /
             statistics.median(n[k] for n in by_mode["normal"]) for k in ("rollout_tokens_per_s", "learner_mfu")}
-    path = write_result("bitwise", {"engine_check": check, "runs": runs, "cost": cost, "gpu": torch.cuda.get_device_name()},
-                        args.commit)
+    extra = {"merged": merged} if merged else {}
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    path = write_result("bitwise", {"engine_check": check, "runs": runs, "cost": cost, "gpu": gpu, **extra}, commit)
     if check:
         print_table([check], ["alone_vs_batched_max", "sampled_tokens", "learner_bitwise_max",
                               "learner_normal_max", "grad_cosine"])
     print_table([{**r, "mismatch_max": max(r["mismatch_max"]), "tokens_min": min(r["mismatch_tokens"])} for r in runs],
                 ["mode", "steps", "mismatch_max", "tokens_min", "rollout_tokens_per_s", "learner_mfu", "step_s_median"])
     print(cost, "->", path)
+
+
+def merge(files: list[str], commit: str | None) -> None:
+    """The recipe runs of several result files (one repeat each, in alternating order) as one result."""
+    parts = [json.loads(Path(f).read_text()) for f in files]
+    if any("warmup_steps" not in r for p in parts for r in p["runs"]):
+        raise SystemExit("--merge: every run must leave out its warm-up steps (warmup_steps); older files do not")
+    report({}, [r for p in parts for r in p["runs"]], commit or parts[0]["commit"], [p["commit"] for p in parts])
+
+
+def main() -> None:
+    p = benchmark_parser(__doc__)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=1, help="first steps of each run left out of its speed")
+    p.add_argument("--bitwise-first", action="store_true", help="start with the bitwise run (then alternate)")
+    p.add_argument("--skip-engine-check", action="store_true")
+    p.add_argument("--merge", nargs="+", help="result JSONs of earlier invocations: their recipe runs as one result")
+    p.add_argument("overrides", nargs="*")
+    args = p.parse_args()
+    if args.merge:
+        return merge(args.merge, args.commit)
+    root = Path(tempfile.mkdtemp())
+    model_dir, data = fixtures(root)
+    check = {} if args.skip_engine_check else engine_check(model_dir)
+    runs = []
+    for i in range(args.repeats):
+        for bitwise in ((False, True) if (i % 2 == 0) != args.bitwise_first else (True, False)):
+            runs.append(recipe(model_dir, data, root / "runs", bitwise, args.steps, f"r{i}-{bitwise}",
+                               tuple(args.overrides), args.warmup))
+    report(check, runs, args.commit)
 
 
 if __name__ == "__main__":

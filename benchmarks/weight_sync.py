@@ -88,6 +88,11 @@ def sync_parts(broadcaster, learners, rollout, plan, repeats: int) -> dict:
                  **{f"rollout_{k}": received[k] for k in ("receive_s", "rpc_s", "resume_s") if k in received}}
         for key, value in parts.items():
             times.setdefault(key, []).append(value)
+    for key, method in (("ray_call_learner_s", learners.rank0.send_report), ("ray_call_rollout_s", rollout.sync_report)):
+        for _ in range(repeats):  # an empty call's round trip to each actor: Ray's own share of the parts above
+            t0 = time.perf_counter()
+            ray.get(method.remote())
+            times.setdefault(key, []).append(time.perf_counter() - t0)
     return {f"part_{k}_median": statistics.median(v) for k, v in times.items()}
 
 
