@@ -1,11 +1,30 @@
 """The operations of the bitwise on-policy mode (rollout.bitwise_on_policy): each forward runs the very
 CUDA / Triton kernel vLLM's batch-invariant mode runs, each backward is a plain PyTorch recompute (correct,
-not bitwise). vLLM's worker and the learner both take the residual norm from `add_rms_norm` here."""
+not bitwise). vLLM's worker and the learner both take the residual norm from `add_rms_norm` here.
+
+Inside `native_kernels()` the matmuls and norms run PyTorch's own (faster) kernels instead: for an activation
+checkpoint's recompute, whose activations feed only the backward."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import torch
 import torch.nn.functional as F
+
+_native: ContextVar[bool] = ContextVar("rayrl_bitwise_native_kernels", default=False)
+
+
+@contextmanager
+def native_kernels() -> Iterator[None]:
+    """While open, linear and RMSNorm run PyTorch's kernels (same math and saved tensors, not vLLM's bits)."""
+    token = _native.set(True)
+    try:
+        yield
+    finally:
+        _native.reset(token)
 
 
 def enable_batch_invariant_kernels() -> None:
@@ -37,10 +56,12 @@ def rms_norm_native(x, weight, eps: float):
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
-        from vllm.model_executor.layers.batch_invariant import rms_norm_batch_invariant
-
         ctx.save_for_backward(x, weight)
         ctx.eps = eps
+        if _native.get():
+            return F.rms_norm(x.float(), x.shape[-1:], weight.float(), eps).to(x.dtype)
+        from vllm.model_executor.layers.batch_invariant import rms_norm_batch_invariant
+
         return rms_norm_batch_invariant(x, weight, eps)
 
     @staticmethod
@@ -64,10 +85,13 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
 class _Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
-        from vllm.model_executor.layers.batch_invariant import linear_batch_invariant
-
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
+        if _native.get():
+            out = F.linear(x, weight)
+            return out if bias is None else out + bias
+        from vllm.model_executor.layers.batch_invariant import linear_batch_invariant
+
         return linear_batch_invariant(x, weight, bias)
 
     @staticmethod

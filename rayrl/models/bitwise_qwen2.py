@@ -5,6 +5,7 @@ through the operations vLLM's Qwen2 runs, in its order and shapes (fused q/k/v a
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -12,9 +13,16 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers.modeling_outputs import CausalLMOutput
 
-from rayrl.models.bitwise_ops import add_rms_norm, linear, paged_attention, rms_norm, rope, rope_cache, silu_and_mul
+from rayrl.models.bitwise_ops import (add_rms_norm, linear, native_kernels, paged_attention, rms_norm, rope, rope_cache,
+                                     silu_and_mul)
 
 VOCAB_PAD = 64  # vLLM pads its embedding and lm_head rows to a multiple of this
+
+
+def _recompute_natively():
+    """Activation checkpointing: the forward runs vLLM's kernels (its log-probs are the scored ones); the
+    recompute, whose activations serve only the backward, runs PyTorch's faster matmuls and norms."""
+    return nullcontext(), native_kernels()
 
 
 def digests(tensors: list[torch.Tensor]) -> list[tuple[int, int]]:
@@ -96,8 +104,10 @@ class BitwiseQwen2(nn.Module):
         h, residual = F.embedding(ids, _bf16(m.embed_tokens.weight)), None
         for layer in m.layers:
             args = (layer, h, residual, pos, cu, max_len)
-            h, residual = checkpoint(self._layer, *args, use_reentrant=False) if self.checkpointing and \
-                torch.is_grad_enabled() else self._layer(*args)
+            if self.checkpointing and torch.is_grad_enabled():
+                h, residual = checkpoint(self._layer, *args, use_reentrant=False, context_fn=_recompute_natively)
+            else:
+                h, residual = self._layer(*args)
         h, _ = add_rms_norm(h, residual, _bf16(m.norm.weight), c.rms_norm_eps)
         head = _bf16(self.lm_head.weight)
         head = F.pad(head, (0, 0, 0, self.padded_vocab - head.shape[0]))

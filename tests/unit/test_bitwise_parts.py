@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+import rayrl.models.bitwise_ops as bitwise_ops
 import rayrl.models.bitwise_qwen2 as bq
 from rayrl.config import ConfigError, load_config
 from rayrl.models.bitwise_ops import linear as bitwise_linear
@@ -118,6 +119,50 @@ def test_linear_runs_vllms_linear_and_has_the_gradients_of_f_linear(monkeypatch)
     for a, e in zip(got, want):
         assert a.dtype == torch.bfloat16 and torch.allclose(a.float(), e.float(), rtol=0.02, atol=0.05)
     assert bitwise_linear(x, w).shape == (7, 5) and calls == [True, True, False]  # the check above called it too
+
+
+def test_checkpoint_recompute_runs_native_kernels_with_the_same_gradients(monkeypatch):
+    # the forward runs vLLM's batch-invariant linear and norm (stood in for, counting calls); the activation
+    # checkpoint's recompute runs PyTorch's and must give the gradients of a forward without checkpointing
+    import vllm.model_executor.layers.batch_invariant as vbi
+
+    calls = []
+
+    def vllm_linear(x, w, b=None):
+        calls.append("linear")
+        out = (x.float() @ w.float().t()).to(x.dtype)
+        return out if b is None else out + b
+
+    def vllm_norm(x, w, eps):
+        calls.append("norm")
+        return rms_norm_native(x.float(), w.float(), eps).to(x.dtype)
+
+    _natives(monkeypatch)
+    for name in ("linear", "rms_norm", "add_rms_norm"):  # the real ops of the mode, over the stand-in kernels
+        monkeypatch.setattr(bq, name, getattr(bitwise_ops, name))
+    monkeypatch.setattr(vbi, "linear_batch_invariant", vllm_linear)
+    monkeypatch.setattr(vbi, "rms_norm_batch_invariant", vllm_norm)
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                         tie_word_embeddings=True, initializer_range=0.2)
+    model = bq.BitwiseQwen2(Qwen2ForCausalLM(config).to(torch.bfloat16), block_size=16)
+    ids, lengths = torch.randint(0, 100, (1, 24)), [10, 14]
+    pos = torch.cat([torch.arange(n) for n in lengths])[None]
+    cu = F.pad(torch.tensor(lengths).cumsum(0), (1, 0))
+    grads = []
+    for checkpointing in (False, True):
+        model.checkpointing = checkpointing
+        model.zero_grad()
+        calls.clear()
+        logits = model(ids, position_ids=pos, cu_seq_lens_q=cu, max_length_q=14).logits
+        forward = len(calls)
+        logits.float().logsumexp(-1).sum().backward()
+        assert len(calls) == forward  # no vLLM kernel ran in the backward, recompute included
+        grads.append({n: p.grad.float() for n, p in model.named_parameters()})
+    assert forward == 2 * (4 + 2) + 2  # per layer 4 linears and 2 norms; the final norm and the lm_head
+    for n, g in grads[0].items():
+        assert (grads[1][n] - g).abs().max() <= 0.02 * max(1.0, g.abs().max().item()), n
 
 
 def test_scoring_runs_vllms_sampler_kernels_on_the_logits_as_vllm_holds_them(monkeypatch):
