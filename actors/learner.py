@@ -97,11 +97,12 @@ class LearnerWorker:
     def send_weights(self, plan: BucketPlan):
         """Every rank walks its full weights in lockstep; rank 0 streams them to the rollout workers
         (ipc: returns the handles the rollout workers read them from)."""
-        t0 = time.perf_counter()
+        entered, t0 = time.time(), time.perf_counter()
         weights = self.learner.named_full_weights()
         if self.rank == 0:
             sent = self.transport.send(weights, plan)
-            self.last_send = {"send_s": time.perf_counter() - t0, **getattr(self.transport, "last_send", {})}
+            self.last_send = {"send_s": time.perf_counter() - t0, **getattr(self.transport, "last_send", {}),
+                              "entered_at": entered, "left_at": time.time()}  # wall clock: hops to and from here
             return sent
         for _ in weights:
             pass

@@ -218,13 +218,14 @@ class RolloutWorker:
     @ray.method(concurrency_group="ctrl")
     async def receive_weights(self, meta, version: int) -> None:
         """Load the sync's weights, then resume as `version` (one call: a sync's last round trip)."""
-        t0 = time.perf_counter()
+        entered, t0 = time.time(), time.perf_counter()
         await self.engine.receive_weights(meta)
         t1 = time.perf_counter()
         if not self.use.awake.is_set():  # weights written, the KV cache not back yet
             self.phase_memory["mem_sync_gb"] = device_used_gb()
         await self.engine.end_weight_update(version)
-        self.phase_memory.update(receive_s=t1 - t0, resume_s=time.perf_counter() - t1)
+        self.phase_memory.update(receive_s=t1 - t0, resume_s=time.perf_counter() - t1, entered_at=entered,
+                                 left_at=time.time())  # wall clock: the hops to and from this call
         self.use.awake.set()
         self.metrics.set("rollout_version", version)
 

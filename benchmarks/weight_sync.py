@@ -77,18 +77,24 @@ def sync_parts(broadcaster, learners, rollout, plan, repeats: int) -> dict:
     for _ in range(repeats):
         t0 = time.perf_counter()
         ray.get(rollout.begin_weight_update.remote())
-        t1 = time.perf_counter()
+        t1, w1 = time.perf_counter(), time.time()
         meta = ray.get(learners.rank0.send_weights.remote(plan))
-        t2 = time.perf_counter()
+        t2, w2 = time.perf_counter(), time.time()
         ray.get(rollout.receive_weights.remote(meta, version))
-        t3 = time.perf_counter()
+        t3, w3 = time.perf_counter(), time.time()
         sent, received = ray.get([learners.rank0.send_report.remote(), rollout.sync_report.remote()])
-        parts = {"pause_s": t1 - t0, "send_s": t2 - t1, "receive_resume_s": t3 - t2, "write_s": received["seconds"],
+        hops = {"learner_call_to_entry_s": sent["entered_at"] - w1, "learner_exit_to_return_s": w2 - sent["left_at"],
+                "rollout_call_to_entry_s": received["entered_at"] - w2,
+                "rollout_exit_to_return_s": w3 - received["left_at"]}
+        sent = {k: v for k, v in sent.items() if k.endswith("_s")}
+        parts = {**hops, "pause_s": t1 - t0, "send_s": t2 - t1, "receive_resume_s": t3 - t2,
+                 "write_s": received["seconds"],
                  **{f"learner_{k}": v for k, v in sent.items()},
                  **{f"rollout_{k}": received[k] for k in ("receive_s", "rpc_s", "resume_s") if k in received}}
         for key, value in parts.items():
             times.setdefault(key, []).append(value)
-    for key, method in (("ray_call_learner_s", learners.rank0.send_report), ("ray_call_rollout_s", rollout.sync_report)):
+    empty_calls = (("ray_call_learner_s", learners.rank0.send_report), ("ray_call_rollout_s", rollout.sync_report))
+    for key, method in empty_calls:
         for _ in range(repeats):  # an empty call's round trip to each actor: Ray's own share of the parts above
             t0 = time.perf_counter()
             ray.get(method.remote())
