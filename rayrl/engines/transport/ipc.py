@@ -7,9 +7,8 @@ The receiving process opens each handle once and keeps it; a sync after the firs
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
 import time
+from collections.abc import Iterable, Iterator
 
 import msgspec
 import torch
