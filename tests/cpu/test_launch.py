@@ -39,6 +39,15 @@ def _deps_venv(venv: Path) -> tuple[Path, str]:
     return python, purelib
 
 
+def _actor_names(ray_cli: list[str], dashboard: str, env: dict) -> set[str]:
+    """Names of the cluster's actors, alive or dead (Ray's state API keeps the dead ones listed)."""
+    actors = subprocess.run([*ray_cli, "list", "actors", "--address", dashboard, "--format", "json", "--limit", "1000"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    if actors.returncode != 0 or not actors.stdout.lstrip().startswith("["):  # else "No resource ..."
+        return set()
+    return {a.get("name") for a in json.loads(actors.stdout)}
+
+
 @pytest.fixture(scope="module")
 def deps_python(tmp_path_factory) -> Path:
     """A Python with every dependency and no rayrl: the environment of a shared cluster."""
@@ -136,14 +145,12 @@ def test_job_submit_to_a_cluster_without_rayrl(deps_python, tmp_path, model_cach
             if any(word in status for word in ("succeeded", "failed", "stopped")):
                 break
             if not ROLES <= seen_roles:  # each CLI call is a Python start: no more of them than needed
-                actors = subprocess.run([*ray_cli, "list", "actors", "--address", dashboard, "--format", "json",
-                                         "--filter", "state=ALIVE", "--limit", "100"], env=env, capture_output=True,
-                                        text=True, timeout=60)
-                if actors.returncode == 0 and actors.stdout.lstrip().startswith("["):  # else "No resource ..."
-                    seen_roles |= {a.get("name") for a in json.loads(actors.stdout)}
+                seen_roles |= _actor_names(ray_cli, dashboard, env)
             if not SAMPLES.search(metrics):
                 metrics = _scrape(ports["metrics-export-port"])
             time.sleep(1 if not ROLES <= seen_roles else 3)
+        if not ROLES <= seen_roles:  # a short job can end between two listings: its actors are then listed as dead
+            seen_roles |= _actor_names(ray_cli, dashboard, env)
         deadline = time.monotonic() + 60  # the metrics agent exports with a lag; give it time after the job
         while not SAMPLES.search(metrics) and time.monotonic() < deadline:
             metrics = _scrape(ports["metrics-export-port"])
