@@ -61,7 +61,7 @@ class RolloutWorker:
         self.metrics = RayMetrics("rollout", f"rollout-{index}", COUNTERS, GAUGES)
         self.metrics.inc("rollout_starts_total")
         self.use = EngineUse(self.metrics, self.totals)  # calls in the engine, in-flight gauge, gen_s, counters
-        self.phase_memory: dict[str, float] = {}
+        self.phase_report: dict[str, float] = {}  # the last sleep's and sync's memory and times
         self.hand_over = Coalescer(lambda items: buffer.put_many.remote(index, items))
         self.scorers = [Coalescer(reward.score_many.remote) for reward in rewards]
 
@@ -188,8 +188,8 @@ class RolloutWorker:
         await self.use.drain()
         used = device_used_gb()  # the generate phase's peak: vLLM allocates its pools up front
         await self.engine.sleep(self.cfg.placement.sleep_level)
-        self.phase_memory = {"mem_generate_gb": used, "mem_asleep_gb": device_used_gb()}
-        return {**self.phase_memory, "sleep_s": time.perf_counter() - t0}
+        self.phase_report = {"mem_generate_gb": used, "mem_asleep_gb": device_used_gb()}
+        return {**self.phase_report, "sleep_s": time.perf_counter() - t0}
 
     @ray.method(concurrency_group="ctrl")
     def mark_restart(self, count: int) -> None:
@@ -222,9 +222,9 @@ class RolloutWorker:
         await self.engine.receive_weights(meta)
         t1 = time.perf_counter()
         if not self.use.awake.is_set():  # weights written, the KV cache not back yet
-            self.phase_memory["mem_sync_gb"] = device_used_gb()
+            self.phase_report["mem_sync_gb"] = device_used_gb()
         await self.engine.end_weight_update(version)
-        self.phase_memory.update(receive_s=t1 - t0, resume_s=time.perf_counter() - t1, entered_at=entered,
+        self.phase_report.update(receive_s=t1 - t0, resume_s=time.perf_counter() - t1, entered_at=entered,
                                  left_at=time.time())  # wall clock: the hops to and from this call
         self.use.awake.set()
         self.metrics.set("rollout_version", version)
@@ -234,7 +234,7 @@ class RolloutWorker:
         """Colocated: device memory at the last sleep and sync; the last sync's receive and resume times; ipc:
         how it was written (and the engine RPC's round trip)."""
         receive = getattr(self.engine, "last_receive", None)
-        return {**self.phase_memory, **(receive() if receive else {})}
+        return {**self.phase_report, **(receive() if receive else {})}
 
     @ray.method(concurrency_group="ctrl")
     def shutdown(self) -> None:

@@ -230,13 +230,12 @@ def _n_params(model_dir: Path) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def report(check: dict, runs: list[dict], commit: str | None, merged: list[str] | None = None) -> None:
+def report(check: dict, runs: list[dict], commit: str | None, gpu: str, merged: list[str] | None = None) -> None:
     """The cost (bitwise over normal, medians over runs), JSON and two tables."""
     by_mode = {m: [r for r in runs if r["mode"] == m] for m in ("normal", "bitwise")}
     cost = {f"{k}_ratio": statistics.median(b[k] for b in by_mode["bitwise"]) /
             statistics.median(n[k] for n in by_mode["normal"]) for k in ("rollout_tokens_per_s", "learner_mfu")}
     extra = {"merged": merged} if merged else {}
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     path = write_result("bitwise", {"engine_check": check, "runs": runs, "cost": cost, "gpu": gpu, **extra}, commit)
     if check:
         print_table([check], ["alone_vs_batched_max", "sampled_tokens", "learner_bitwise_max",
@@ -251,7 +250,10 @@ def merge(files: list[str], commit: str | None) -> None:
     parts = [json.loads(Path(f).read_text()) for f in files]
     if any("warmup_steps" not in r for p in parts for r in p["runs"]):
         raise SystemExit("--merge: every run must leave out its warm-up steps (warmup_steps); older files do not")
-    report({}, [r for p in parts for r in p["runs"]], commit or parts[0]["commit"], [p["commit"] for p in parts])
+    if len({p["gpu"] for p in parts}) != 1:
+        raise SystemExit(f"--merge: the files ran on different GPUs: {sorted({p['gpu'] for p in parts})}")
+    report({}, [r for p in parts for r in p["runs"]], commit or parts[0]["commit"], parts[0]["gpu"],
+           [p["commit"] for p in parts])
 
 
 def main() -> None:
@@ -274,7 +276,7 @@ def main() -> None:
         for bitwise in ((False, True) if (i % 2 == 0) != args.bitwise_first else (True, False)):
             runs.append(recipe(model_dir, data, root / "runs", bitwise, args.steps, f"r{i}-{bitwise}",
                                tuple(args.overrides), args.warmup))
-    report(check, runs, args.commit)
+    report(check, runs, args.commit, torch.cuda.get_device_name())
 
 
 if __name__ == "__main__":

@@ -104,8 +104,8 @@ def test_wheel_install_runs_the_recipe_from_the_repository_root(wheel_python, tm
 def test_job_submit_to_a_cluster_without_rayrl(deps_python, tmp_path, model_cache):
     """The README's commands, from an empty HOME, on a cluster whose Python has the dependencies but not rayrl:
     generate a token, start a head on 127.0.0.1 (own temp dir and ports), submit the recipe with --working-dir .,
-    see its role-named actors and rayrl's metrics with role tags while it runs, wait for SUCCEEDED; then stop only
-    the processes this test started."""
+    see its role-named actors (listed while it runs, or as dead once a short run ended) and rayrl's metrics with
+    role tags, wait for SUCCEEDED; then stop only the processes this test started."""
     python = deps_python  # the cluster's and the job's Python: no rayrl in it
     home = tmp_path / "home"
     home.mkdir()

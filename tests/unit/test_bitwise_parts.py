@@ -65,13 +65,17 @@ def _natives(monkeypatch):
     monkeypatch.setattr(bq, "linear", lambda x, w, b=None: F.linear(x, w) + (0 if b is None else b))
 
 
-def test_learner_forward_is_wired_like_qwen2(monkeypatch):
-    _natives(monkeypatch)
-    torch.manual_seed(0)
+def _tiny_qwen2() -> Qwen2ForCausalLM:
     config = Qwen2Config(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
                          tie_word_embeddings=True, initializer_range=0.2)
-    hf = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+    return Qwen2ForCausalLM(config).to(torch.bfloat16)
+
+
+def test_learner_forward_is_wired_like_qwen2(monkeypatch):
+    _natives(monkeypatch)
+    torch.manual_seed(0)
+    hf = _tiny_qwen2().eval()
     model = bq.BitwiseQwen2(hf, block_size=16)
     assert model.padded_vocab == 128
     lengths = [5, 19, 1]
@@ -143,10 +147,7 @@ def test_checkpoint_recompute_runs_native_kernels_with_the_same_gradients(monkey
     monkeypatch.setattr(vbi, "linear_batch_invariant", vllm_linear)
     monkeypatch.setattr(vbi, "rms_norm_batch_invariant", vllm_norm)
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=100, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
-                         tie_word_embeddings=True, initializer_range=0.2)
-    model = bq.BitwiseQwen2(Qwen2ForCausalLM(config).to(torch.bfloat16), block_size=16)
+    model = bq.BitwiseQwen2(_tiny_qwen2(), block_size=16)
     ids, lengths = torch.randint(0, 100, (1, 24)), [10, 14]
     pos = torch.cat([torch.arange(n) for n in lengths])[None]
     cu = F.pad(torch.tensor(lengths).cumsum(0), (1, 0))
