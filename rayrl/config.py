@@ -231,6 +231,7 @@ class LearnerConfig(_Section):
     weight_decay: float = F(0.0, "AdamW weight decay.", ge=0)
     adam_betas: tuple[float, float] = Field((0.9, 0.999), strict=False, description="AdamW betas (a YAML list).")
     adam_eps: float = F(1e-8, "AdamW epsilon.", gt=0)
+    adam_fused: bool | None = F(None, "AdamW as one fused kernel (else torch's default); unset: fused on CUDA.")
     grad_clip: float = F(1.0, "Gradient-norm clip.", gt=0)
     minibatches: int = F(1, "Optimizer steps per training batch.", ge=1)
     max_tokens_per_micro_batch: int = F(8192, "Micro-batches of at most this many tokens (one sequence fits).", ge=1)

@@ -46,4 +46,6 @@ def load_trained(model: torch.nn.Module, state: dict) -> None:
 def make_optimizer(params, cfg: LearnerConfig) -> torch.optim.AdamW:
     """AdamW over the parameters that train (LoRA: the adapters only; the frozen base holds no state)."""
     params = [p for p in params if p.requires_grad]
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    fused = all(p.is_cuda for p in params) if cfg.adam_fused is None else cfg.adam_fused
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
+                             fused=fused or None)
