@@ -2,8 +2,9 @@
 
 One sync: pause rollout engines (in-flight requests kept) -> learner streams packed buckets ->
 rollout engines load them and resume at version v+1 -> the buffer admits against v+1. A collective
-transport (gloo, nccl) sends and receives at once; ipc packs while the engines pause, then hands the handles
-to the receivers. Each part must finish within sync.timeout_s, or the sync fails naming the actors that did not.
+transport (gloo, nccl) sends and receives at once; with ipc the learner readies its weights (packs them, or
+in place only waits for its device) while the engines pause, then the receivers read them through its handles.
+Each part must finish within sync.timeout_s, or the sync fails naming the actors that did not.
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ class WeightBroadcaster:
             raise RuntimeError("WeightBroadcaster.sync before setup()")
         t0, timeout_s = time.perf_counter(), self.cfg.sync.timeout_s
         pausing = [w.begin_weight_update.remote() for w in self.rollouts]
-        # ipc: the learner packs its buckets while the engines pause; a collective send waits for the pause,
+        # ipc: the learner readies its weights while the engines pause; a collective send waits for the pause,
         # so that a worker that fails to pause leaves no learner blocked in the group
-        sends = None if self.collective else self.learners.send_weights(self.plan)
+        sends = None if self.collective else self.learners.send_weights()  # the plan weight_plan() made
         wait_all(pausing, self.names, "pausing for a weight sync", timeout_s, RolloutFailed)
         what = f"weight sync to version {version}"
         if self.collective:  # each worker resumes as soon as its own part has arrived
@@ -79,10 +80,10 @@ class WeightBroadcaster:
                      + [w.receive_weights.remote(self.plan, version) for w in self.rollouts],
                      self.learners.names + self.names, what, timeout_s,
                      [LearnerFailed] * len(self.learners.names) + [RolloutFailed] * len(self.names))
-        else:
-            meta = wait_all(sends, self.learners.names, what, timeout_s, LearnerFailed)[0]
-            wait_all([w.receive_weights.remote(meta, version) for w in self.rollouts], self.names, what, timeout_s,
-                     RolloutFailed)
+        else:  # the handles go from the learner's call straight into the receivers' (no stop here between)
+            receiving = [w.receive_weights.remote(sends[0], version) for w in self.rollouts]
+            wait_all(sends, self.learners.names, what, timeout_s, LearnerFailed)
+            wait_all(receiving, self.names, what, timeout_s, RolloutFailed)
         seconds = time.perf_counter() - t0
         self.version = version
         if self.buffer is not None:

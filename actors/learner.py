@@ -52,7 +52,7 @@ class LearnerWorker:
             init_process_group(cfg, rank, world_size, master)
         self.learner = components.learner(cfg, model_path, num_threads)
         self.pad_id = self.learner.tokenizer.pad_token_id
-        self.transport = None
+        self.transport, self.plan = None, None
         self.last_send: dict[str, float] = {}  # rank 0: the last weight send's time, and its parts
 
     def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None,
@@ -83,8 +83,9 @@ class LearnerWorker:
                 for n, shape, dtype in specs]
 
     def weight_plan(self, bucket_bytes: int) -> BucketPlan:
-        """The tensors a sync sends, in send order."""
-        return plan_buckets(self._on_the_wire(self.learner.weight_specs()), bucket_bytes)
+        """The tensors a sync sends, in send order (kept: send_weights uses it)."""
+        self.plan = plan_buckets(self._on_the_wire(self.learner.weight_specs()), bucket_bytes)
+        return self.plan
 
     def model_bytes(self) -> int:
         """A sync of every weight, in bytes on the wire (with LoRA a sync sends far less)."""
@@ -92,15 +93,17 @@ class LearnerWorker:
 
     def init_weight_sync(self, group_info: GroupInfo) -> None:
         self.transport = resolve(WEIGHT_TRANSPORTS, self.cfg.sync.transport, "sync.transport")()
+        if self.cfg.sync.transport == "ipc":  # the receivers read this rank's parameters themselves, if they can
+            self.transport.in_place = self.world_size == 1 and self.learner.weights_in_place()
         self.transport.init(group_info)
 
-    def send_weights(self, plan: BucketPlan):
+    def send_weights(self, plan: BucketPlan | None = None):
         """Every rank walks its full weights in lockstep; rank 0 streams them to the rollout workers
-        (ipc: returns the handles the rollout workers read them from)."""
+        (ipc: returns the handles the rollout workers read them from). plan: weight_plan's, unless given."""
         entered, t0 = time.time(), time.perf_counter()
         weights = self.learner.named_full_weights()
         if self.rank == 0:
-            sent = self.transport.send(weights, plan)
+            sent = self.transport.send(weights, plan or self.plan)
             self.last_send = {"send_s": time.perf_counter() - t0, **getattr(self.transport, "last_send", {}),
                               "entered_at": entered, "left_at": time.time()}  # wall clock: hops to and from here
             return sent
@@ -155,7 +158,7 @@ class LearnerGroup(RankGroup):
         """Rank 0's answer; every rank computes (sharded forward passes are collective)."""
         return self._all([w.completion_logprobs.remote(groups) for w in self.workers], "learner scoring")[0]
 
-    def send_weights(self, plan: BucketPlan) -> list[ray.ObjectRef]:
+    def send_weights(self, plan: BucketPlan | None = None) -> list[ray.ObjectRef]:
         return [w.send_weights.remote(plan) for w in self.workers]
 
     def release(self) -> None:

@@ -67,7 +67,7 @@ def probe(rollout, learners, prompts: list[list[int]], n_tokens: int) -> tuple[d
     return mismatch(learner, [s.logprobs for s in samples]), groups
 
 
-def sync_parts(broadcaster, learners, rollout, plan, repeats: int) -> dict:
+def sync_parts(broadcaster, learners, rollout, repeats: int) -> dict:
     """The hot sync's steps one at a time from the driver (each a Ray call; the broadcaster overlaps the first
     two), medians: pausing vLLM, the learner packing its buckets (inside its process: the walk over its
     parameters and the device copy), vLLM reading them (inside the rollout actor: the engine RPC, its round
@@ -78,7 +78,7 @@ def sync_parts(broadcaster, learners, rollout, plan, repeats: int) -> dict:
         t0 = time.perf_counter()
         ray.get(rollout.begin_weight_update.remote())
         t1, w1 = time.perf_counter(), time.time()
-        meta = ray.get(learners.rank0.send_weights.remote(plan))
+        meta = ray.get(learners.rank0.send_weights.remote())
         t2, w2 = time.perf_counter(), time.time()
         ray.get(rollout.receive_weights.remote(meta, version))
         t3, w3 = time.perf_counter(), time.time()
@@ -162,7 +162,8 @@ def main() -> None:
     for _ in range(args.hot):
         synced = ray.get(broadcaster.sync.remote())
         hot.append({"publish_s": synced.seconds, "write_s": ray.get(rollout.sync_report.remote()).get("seconds")})
-    parts = sync_parts(broadcaster, learners, rollout, weight_plan, args.hot)
+    parts = sync_parts(broadcaster, learners, rollout, args.hot)
+    in_place = ray.get(learners.rank0.send_report.remote()).get("in_place")
     check, _ = probe(rollout, learners, prompts, args.tokens)
     rounds.append({"round": f"after {args.hot} hot syncs", **check})
     for row in rounds:
@@ -170,7 +171,7 @@ def main() -> None:
             and row["token_mult_prob_error"] <= 1.02
     publish = [h["publish_s"] for h in hot]
     writes = [h["write_s"] for h in hot if h["write_s"] is not None] or [float("nan")]  # ipc reports it
-    summary = {"transport": args.transport, "bytes": setup["bytes"], "tensors": setup["tensors"],
+    summary = {"transport": args.transport, "in_place": in_place, "bytes": setup["bytes"], "tensors": setup["tensors"],
                "buckets": setup["buckets"], **reference,
                "hot_publish_s_median": statistics.median(publish), "hot_publish_s_min": min(publish),
                "hot_publish_s_max": max(publish), "hot_write_s_median": statistics.median(writes),
@@ -181,7 +182,7 @@ def main() -> None:
     summary["goal_15ms_met"] = summary["hot_publish_s_median"] <= 0.015
     print_table(rounds, ["round", "publish_s", "write_s", "path", "mem_generate_gb", "mem_asleep_gb", "mem_train_gb",
                          "mem_sync_gb", "mismatch_tokens", "mismatch_abs_mean", "token_mult_prob_error", "ok"])
-    print_table([summary], ["transport", "bytes", "tensors", "copy_flat_s", "copy_per_tensor_s", "hot_write_s_median",
+    print_table([summary], ["transport", "in_place", "bytes", "tensors", "copy_flat_s", "copy_per_tensor_s", "hot_write_s_median",
                             "hot_publish_s_median", "hot_publish_over_copy", "colocated_publish_s_median"])
     print_table([parts], list(parts))
     path = write_result("weight_sync", {"summary": summary, "rounds": rounds, "hot": hot,

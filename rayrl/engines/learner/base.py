@@ -32,6 +32,7 @@ class LearnerBackend(Protocol):
     model: torch.nn.Module  # the callable forward (a sharded module, or DeepSpeed's engine)
     ref_model: torch.nn.Module | None  # frozen reference for the KL term; None when algorithm.beta == 0
     scheduler: torch.optim.lr_scheduler.LRScheduler
+    whole_parameters: bool  # named_full_weights yields the parameters themselves, whole (one rank, on its device)
 
     def backward(self, loss: torch.Tensor, last: bool) -> None:
         """Accumulate gradients; last marks the final micro-batch before the optimizer step."""

@@ -59,6 +59,7 @@ class DeepSpeedBackend:
             lr_scheduler=lambda opt: make_scheduler(opt, lc))
         self.model.checkpoint_engine = _safe_checkpoint_engine()
         self.ref_model = None
+        self.whole_parameters = False  # ZeRO keeps its own flat buffers and masters: syncs take a copy
         if ref_model is not None:
             self.ref_model = deepspeed.initialize(model=ref_model, config=ds_config(lc, train=False))[0]
 

@@ -28,6 +28,7 @@ class FSDPBackend:
         self.ref_model = None if ref_model is None else self._shard(ref_model)
         self.optimizer = make_optimizer(self.model.parameters(), lc)
         self.scheduler = make_scheduler(self.optimizer, lc)
+        self.whole_parameters = dist.get_world_size() == 1 and not lc.cpu_offload  # one rank's shard is the whole
 
     def _shard(self, model):
         lc = self.lc

@@ -225,6 +225,11 @@ class Learner:
             return self._noting_sent(weights)
         return weights if self.lora is None else ((n, t) for n, t in weights if is_adapter(n))
 
+    def weights_in_place(self) -> bool:
+        """Whether named_full_weights yields this rank's own parameters, whole and updated in place by each step
+        (then a colocated engine may read them where they are); bitwise mode and LoRA send what they note."""
+        return not self.setup.bitwise and self.lora is None and self.backend.whole_parameters
+
     def _noting_sent(self, weights: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         """Bitwise mode: each tensor's digest as the sync sends it (bf16, the rule's sync.dtype). Filled as the
         transport takes them: it stops asking after the last tensor, so nothing after this loop would run."""

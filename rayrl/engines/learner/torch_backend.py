@@ -19,6 +19,7 @@ class TorchBackend:
         self.ref_model = None if ref_model is None else ref_model.to(device)
         self.optimizer = make_optimizer(self.model.parameters(), lc)
         self.scheduler = make_scheduler(self.optimizer, lc)
+        self.whole_parameters = True
 
     def backward(self, loss: torch.Tensor, last: bool) -> None:
         loss.backward()

@@ -9,12 +9,11 @@ same two kernels the learner runs. One extension per weight transport, so the mo
 
 from __future__ import annotations
 
-import msgspec
 import torch
 
 from rayrl.engines.rollout.vllm_gloo_engine import RayrlWorkerExtension
 from rayrl.engines.rollout.vllm_ipc_extension import RayrlIpcExtension
-from rayrl.engines.transport.ipc import IpcPayload
+from rayrl.engines.transport.ipc import from_builtins
 from rayrl.models.bitwise_qwen2 import digests
 
 
@@ -54,7 +53,7 @@ class BitwiseIpcExtension(RayrlIpcExtension):
         if writer is None:
             return out
         params = dict(self._rayrl_model().named_parameters())
-        sent = [t for _, t in self._rayrl_ipc.receive(msgspec.convert(payload, IpcPayload))]
+        sent = [t for _, t in self._rayrl_ipc.receive(from_builtins(payload))]
         unequal = [s.name for s, t in zip(writer.slots, sent)
                    if not torch.equal(params[s.param].data[s.start: s.stop], t)]
         self._rayrl_written = list(zip(writer.slots, digests(sent)))

@@ -1,21 +1,20 @@
 """The vLLM side of sync.transport=ipc: a worker extension (vLLM's worker_extension_cls) called through
 collective_rpc with plain-data handles, so vLLM's RPC stays free of pickle.
 
-Each sync opens the learner's buckets (once; later syncs reuse them) and writes every tensor into
-vLLM's parameters directly (rayrl.engines.rollout.direct_write); a model the direct write does not
-cover takes vLLM's own load_weights instead.
+The first sync opens the learner's buffers (in place: its parameters; else its buckets), later ones bring
+only their key and reuse them. Each writes every tensor into vLLM's parameters directly, cast on the way
+(rayrl.engines.rollout.direct_write); a model the direct write does not cover takes vLLM's load_weights.
 """
 
 from __future__ import annotations
 
 import time
 
-import msgspec
 import torch
 
 from rayrl.engines.rollout.direct_write import DirectWriter, plan_slots
 from rayrl.engines.rollout.vllm_lora_slots import LoraSlotsExtension
-from rayrl.engines.transport.ipc import IpcPayload, IpcTransport
+from rayrl.engines.transport.ipc import IpcPayload, IpcTransport, from_builtins
 
 
 class RayrlIpcExtension(LoraSlotsExtension):
@@ -24,7 +23,7 @@ class RayrlIpcExtension(LoraSlotsExtension):
     def rayrl_receive_lora_ipc(self, payload: dict, scaling: float) -> dict:
         """lora.enabled: the learner's adapter buckets, opened here and written into vLLM's LoRA slot."""
         t0 = time.perf_counter()
-        payload = msgspec.convert(payload, IpcPayload)
+        payload = from_builtins(payload)
         if not hasattr(self, "_rayrl_lora_ipc"):
             self._rayrl_lora_ipc = IpcTransport()
         written = self._rayrl_lora_slots().write(self._rayrl_lora_ipc.receive(payload), scaling)
@@ -33,12 +32,12 @@ class RayrlIpcExtension(LoraSlotsExtension):
 
     def rayrl_receive_ipc(self, payload: dict) -> dict:
         t0 = time.perf_counter()
-        payload = msgspec.convert(payload, IpcPayload)
+        payload = from_builtins(payload)
         model = self._rayrl_model()
         if not hasattr(self, "_rayrl_ipc"):
             self._rayrl_ipc, self._rayrl_plan, self._rayrl_writer = IpcTransport(), None, (None, "")
         params = dict(model.named_parameters())
-        if self._rayrl_plan != payload.plan:  # the map is computed once per bucket plan
+        if isinstance(payload, IpcPayload) and self._rayrl_plan != payload.plan:  # the map: once per bucket plan
             specs = [s for bucket in payload.plan.buckets for s in bucket]
             vocab_rows = {f"{name}.weight": m.org_vocab_size for name, m in model.named_modules()
                           if hasattr(m, "org_vocab_size") and f"{name}.weight" in params}

@@ -19,6 +19,7 @@ from rayrl.config import LoraConfig
 from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
 from rayrl.engines.rollout.vllm_lora_slots import LORA_ID, to_wire
 from rayrl.engines.rollout.vllm_weight_sync import IPC_EXTENSION, WORKER_EXTENSION
+from rayrl.engines.transport.ipc import PayloadCache
 
 LORA_NAME = "rayrl-policy"
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
@@ -38,6 +39,7 @@ class VLLMAdapterSync:
         shm = Path("/dev/shm")
         self.root = Path(tempfile.mkdtemp(prefix="rayrl-lora-", dir=shm if shm.is_dir() else None))
         self.transport = None
+        self.payloads = PayloadCache()  # ipc: the learner's handles, for the syncs that bring only their key
         self.request = None
         self.last_receive: dict = {}  # which path the last sync took (lora_in_place, lora_reload) and its seconds
         self.started = 0.0
@@ -58,6 +60,7 @@ class VLLMAdapterSync:
         if self.transport is None:
             raise RuntimeError("receive_weights before init_weight_transfer")
         self.started = time.perf_counter()
+        meta = self.payloads.resolve(meta) if self.transport_name == "ipc" else meta  # whole: two receivers here
         if self.request is None or self.section.vllm_sync == "reload":
             await asyncio.to_thread(self._write, meta)
             self.last_receive = {"path": "lora_reload"}

@@ -14,6 +14,7 @@ import time
 import msgspec
 
 from rayrl.engines.transport.base import BucketPlan, GroupInfo
+from rayrl.engines.transport.ipc import PayloadCache
 
 # project transport -> the vLLM weight-transfer engine that receives it
 VLLM_ENGINE_FOR_TRANSPORT = {"gloo": "rayrl_gloo", "nccl": "nccl"}
@@ -32,6 +33,7 @@ class VLLMWeightSync:
         self.transport, self.bitwise = transport, bitwise
         self.last_receive: dict = {}  # ipc: which path wrote the weights, and how long it took
         self.request = None  # full weights: requests carry no LoRA adapter
+        self.payloads, self.forwarded = PayloadCache(), 0  # ipc: the learner's handles, and the key vLLM holds
 
     def close(self) -> None:
         """Nothing of its own to clean up (the LoRA variant removes its adapter directory)."""
@@ -65,14 +67,17 @@ class VLLMWeightSync:
             await llm.start_weight_update()
 
     async def receive(self, llm, plan) -> None:
-        """plan: the BucketPlan (gloo, nccl), or the learner's IpcPayload (ipc)."""
+        """plan: the BucketPlan (gloo, nccl), or the learner's IpcPayload or IpcRef (ipc)."""
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
 
-        if self.transport == "ipc":
+        if self.transport == "ipc":  # the handles once, then their key: the worker keeps what it opened
             t0 = time.perf_counter()
-            payload = msgspec.to_builtins(plan, builtin_types=(bytes,))  # plain data: no pickle in vLLM's RPC
-            self.last_receive = (await llm.collective_rpc("rayrl_receive_ipc", args=(payload,)))[0]
+            payload = self.payloads.resolve(plan)
+            arg = {"key": payload.key} if self.forwarded == payload.key else \
+                msgspec.to_builtins(payload, builtin_types=(bytes,))  # plain data: no pickle in vLLM's RPC
+            self.last_receive = (await llm.collective_rpc("rayrl_receive_ipc", args=(arg,)))[0]
             self.last_receive["rpc_s"] = time.perf_counter() - t0
+            self.forwarded = payload.key
             return
         if self.transport == "gloo":
             info = {"plan": msgspec.to_builtins(plan)}

@@ -1,12 +1,15 @@
-"""Colocated GPU weight transport: learner rank 0 packs its weights into buckets that live as long as
-it does, shares one CUDA IPC handle per bucket, and the rollout engine on the same GPU reads them.
+"""Colocated GPU weight transport: the rollout engine on the learner's GPU reads the learner's weights through
+CUDA IPC handles. In place (one learner rank whose tensors are its own parameters, updated in place): one handle
+per parameter, and the engine casts them into its own weights, one device copy per sync. Otherwise learner
+rank 0 packs its weights into buckets that live as long as it does and shares one handle per bucket.
 
-Handles travel as plain ints and bytes (an IpcPayload), so vLLM's RPC carries them without pickle.
-The receiving process opens each handle once and keeps it; a sync after the first is two device copies.
+Handles travel as plain ints and bytes (an IpcPayload), so vLLM's RPC carries them without pickle. They are
+the same every sync: only the first sync after the group forms carries them; later ones carry their key (IpcRef).
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterable, Iterator
 
@@ -14,7 +17,7 @@ import msgspec
 import torch
 from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
 
-from rayrl.engines.transport.base import BucketPlan, GroupInfo, checked_in_plan_order, unpack
+from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, checked_in_plan_order, unpack
 
 
 class SharedBuffer(msgspec.Struct, frozen=True):
@@ -33,8 +36,35 @@ class SharedBuffer(msgspec.Struct, frozen=True):
 
 
 class IpcPayload(msgspec.Struct, frozen=True):
-    plan: BucketPlan
+    plan: BucketPlan  # in place: one bucket per tensor, in the learner's dtype (the receiver casts)
     buffers: list[SharedBuffer]  # one per bucket of the plan
+    key: int = 0  # names these buffers: a later sync that reuses them sends only IpcRef(key)
+
+
+class IpcRef(msgspec.Struct, frozen=True):
+    """A sync after the first: the buffers of the payload named `key` hold the new weights."""
+
+    key: int
+
+
+def from_builtins(data: dict) -> IpcPayload | IpcRef:
+    """An IpcPayload or IpcRef from the plain data vLLM's RPC carried."""
+    return msgspec.convert(data, IpcPayload if "plan" in data else IpcRef)
+
+
+class PayloadCache:
+    """A receiver's last whole payload, so that a sync bringing only its key (IpcRef) finds the handles."""
+
+    def __init__(self) -> None:
+        self.payload: IpcPayload | None = None
+
+    def resolve(self, meta: IpcPayload | IpcRef) -> IpcPayload:
+        if isinstance(meta, IpcPayload):
+            self.payload = meta
+        elif self.payload is None or self.payload.key != meta.key:
+            raise RuntimeError(f"sync.transport=ipc: buffers {meta.key} were never received here; the first sync "
+                               "after the sync group forms carries them (form it again: WeightBroadcaster.rejoin)")
+        return self.payload
 
 
 def gpu_uuid(index: int) -> str:
@@ -65,38 +95,73 @@ class IpcTransport:
     collective = False
 
     def __init__(self) -> None:
-        self._buffers: list[torch.Tensor] = []
-        self._slots: list[torch.Tensor] = []  # sender: each tensor's place in its bucket, in plan order
-        self._shared: list[SharedBuffer] = []
-        self.last_send: dict[str, float] = {}  # sender: the last send's host walk and device copy, in seconds
+        self.in_place = False  # sender: share the tensors themselves (set when they are the learner's parameters)
+        self._slots: list[torch.Tensor] = []  # packed: each tensor's place in its bucket, in plan order
+        self._where: tuple[int, ...] = ()  # in place: the shared tensors' addresses
+        self._payload: IpcPayload | None = None
+        self._delivered = False  # the receivers hold the payload's handles: send its key only
+        self.last_send: dict = {}  # sender: the last send's host walk and device copy (seconds), and its way
         # receiver: the sender's buffers by (allocation handle, offset in it), each opened once, and the
         # tensor views of the last payload (the same buffers and plan every sync)
         self._opened: dict[tuple[bytes, int, int], torch.Tensor] = {}
         self._views: tuple[IpcPayload | None, list[tuple[str, torch.Tensor]]] = (None, [])
 
     def init(self, group_info: GroupInfo) -> None:
-        """No rendezvous: the handles go with each sync."""
+        """No rendezvous; the (re)formed group's receivers get the whole payload with the next sync."""
+        self._delivered = False
 
-    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], plan: BucketPlan) -> IpcPayload:
-        """Copy (and cast) every tensor into its bucket, then hand out the buckets' handles."""
-        if not self._buffers:
-            self._buffers = [torch.empty(sum(s.nbytes for s in b), dtype=torch.uint8, device="cuda")
-                             for b in plan.buckets]
-            self._slots = [t for b, buf in zip(plan.buckets, self._buffers) for _, t in unpack(buf, b)]
-            self._shared = [share(b) for b in self._buffers]
+    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], plan: BucketPlan) -> IpcPayload | IpcRef:
+        """In place: share the tensors (again only if one moved). Packed: copy (and cast) every tensor into its
+        bucket. Then the payload, or its key once the receivers hold it."""
         t0 = time.perf_counter()
         tensors = [t for _, t in checked_in_plan_order(named_tensors, plan, cast=False)]
         t1 = time.perf_counter()
-        with torch.no_grad():
-            torch._foreach_copy_(self._slots, tensors)  # one fused copy; casts to the plan's dtype on the way in
+        if self.in_place and all(t.is_cuda and t.is_contiguous() for t in tensors):
+            self._share_in_place(plan, tensors)
+        else:
+            if not self._slots or self._where:
+                self._pack_buffers(plan)
+            with torch.no_grad():
+                torch._foreach_copy_(self._slots, tensors)  # one fused copy; casts to the plan's dtype on the way in
         torch.cuda.synchronize()  # the receiver reads on another stream of another process
-        self.last_send = {"gather_s": t1 - t0, "copy_s": time.perf_counter() - t1}
-        return IpcPayload(plan, self._shared)
+        self.last_send = {"gather_s": t1 - t0, "copy_s": time.perf_counter() - t1, "in_place": bool(self._where)}
+        if self._delivered:
+            return IpcRef(self._payload.key)
+        self._delivered = True
+        return self._payload
 
-    def receive(self, payload: IpcPayload) -> Iterator[tuple[str, torch.Tensor]]:
-        if self._views[0] != payload:
-            self._views = (payload, [v for bucket, shared in zip(payload.plan.buckets, payload.buffers)
-                                     for v in unpack(self._open(shared), bucket)])
+    def _pack_buffers(self, plan: BucketPlan) -> None:
+        buffers = [torch.empty(sum(s.nbytes for s in b), dtype=torch.uint8, device="cuda") for b in plan.buckets]
+        self._slots = [t for b, buf in zip(plan.buckets, buffers) for _, t in unpack(buf, b)]
+        self._new_payload(IpcPayload(plan, [share(b) for b in buffers]))
+        self._where = ()
+
+    def _share_in_place(self, plan: BucketPlan, tensors: list[torch.Tensor]) -> None:
+        where = tuple(t.data_ptr() for t in tensors)
+        if where == self._where:
+            return
+        specs = [TensorSpec(s.name, s.shape, str(t.dtype).removeprefix("torch."))
+                 for s, t in zip((s for b in plan.buckets for s in b), tensors)]
+        shared = [share(t.view(-1).view(torch.uint8)) for t in tensors]
+        self._new_payload(IpcPayload(BucketPlan([[s] for s in specs], plan.bucket_bytes), shared))
+        self._where, self._slots = where, []
+
+    def _new_payload(self, payload: IpcPayload) -> None:
+        self._payload = msgspec.structs.replace(payload, key=random.getrandbits(62) + 1)
+        self._delivered = False
+
+    def receive(self, meta: IpcPayload | IpcRef) -> Iterator[tuple[str, torch.Tensor]]:
+        """The sender's tensors, as views of its buffers (opened once per payload)."""
+        held = self._views[0]
+        if isinstance(meta, IpcRef):
+            if held is None or held.key != meta.key:
+                raise RuntimeError(f"sync.transport=ipc: buffers {meta.key} were never received here; the first "
+                                   "sync after the sync group forms carries them")
+        elif held is None or held.key != meta.key:
+            if held is not None:
+                self._opened = {}  # the sender's earlier buffers: let go of them
+            self._views = (meta, [v for bucket, shared in zip(meta.plan.buckets, meta.buffers)
+                                  for v in unpack(self._open(shared), bucket)])
         return iter(self._views[1])
 
     def _open(self, shared: SharedBuffer) -> torch.Tensor:
