@@ -27,7 +27,7 @@ from rayrl.engines.learner.offload import move_optimizer_state
 from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, scatter, view
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
-from rayrl.models.bitwise_ops import enable_batch_invariant_kernels
+from rayrl.models.bitwise_ops import enable_batch_invariant_kernels, native_kernels
 from rayrl.models.bitwise_qwen2 import BitwiseQwen2, digests
 from rayrl.models.lora import ADAPTER_DIR, add_adapters, export_adapter, is_adapter, merged_state
 from rayrl.models.policy import load_policy
@@ -112,6 +112,9 @@ class Learner:
         if reference and self.lora is not None:  # the frozen base: the policy with its adapters off
             with self.backend.model.disable_adapter():
                 return microbatch_logprobs(self.backend.model, mb, self.setup.temperature, self.device, entropy)
+        if reference and self.setup.bitwise:  # never compared with vLLM's: PyTorch's faster matmuls and norms
+            with native_kernels():
+                return microbatch_logprobs(self.backend.ref_model, mb, self.setup.temperature, self.device, entropy)
         model = self.backend.ref_model if reference else self.backend.model
         return microbatch_logprobs(model, mb, self.setup.temperature, self.device, entropy)
 
