@@ -8,7 +8,8 @@ vLLM samples (then the learner rescores the tokens: mean |Δ log p| <= 0.01 and 
 move every weight), lets go of its optimizer state, and the sync wakes vLLM and writes the new weights.
 vLLM starts from dummy weights, so the first check fails unless the first sync wrote every tensor.
 Then hot syncs (vLLM awake, as in the split placement) time the transfer itself, whole and step by step. References: one
-device-to-device copy of the same bytes, and the same bytes as 338 separate tensor copies.
+device-to-device copy of the same bytes, and the same bytes as 338 separate tensor copies. With one FSDP2 rank the
+sync is in place (vLLM reads the learner's parameters and casts them); the summary's in_place says which ran.
 
     python -m benchmarks.weight_sync --transport ipc [--rounds 4] [--hot 10]
 """
@@ -69,9 +70,9 @@ def probe(rollout, learners, prompts: list[list[int]], n_tokens: int) -> tuple[d
 
 def sync_parts(broadcaster, learners, rollout, repeats: int) -> dict:
     """The hot sync's steps one at a time from the driver (each a Ray call; the broadcaster overlaps the first
-    two), medians: pausing vLLM, the learner packing its buckets (inside its process: the walk over its
-    parameters and the device copy), vLLM reading them (inside the rollout actor: the engine RPC, its round
-    trip and the worker's write) and resuming."""
+    two), medians: pausing vLLM, the learner readying its weights (inside its process: the walk over its
+    parameters, and the copy into its buckets or, in place, the wait for its device), vLLM reading them (inside
+    the rollout actor: the engine RPC, its round trip and the worker's write) and resuming."""
     version = ray.get(broadcaster.current_version.remote())
     times: dict[str, list[float]] = {}
     for _ in range(repeats):
@@ -171,8 +172,8 @@ def main() -> None:
             and row["token_mult_prob_error"] <= 1.02
     publish = [h["publish_s"] for h in hot]
     writes = [h["write_s"] for h in hot if h["write_s"] is not None] or [float("nan")]  # ipc reports it
-    summary = {"transport": args.transport, "in_place": in_place, "bytes": setup["bytes"], "tensors": setup["tensors"],
-               "buckets": setup["buckets"], **reference,
+    summary = {"transport": args.transport, "in_place": in_place, "bytes": setup["bytes"],
+               "tensors": setup["tensors"], "buckets": setup["buckets"], **reference,
                "hot_publish_s_median": statistics.median(publish), "hot_publish_s_min": min(publish),
                "hot_publish_s_max": max(publish), "hot_write_s_median": statistics.median(writes),
                "colocated_publish_s_median": statistics.median(r["publish_s"] for r in rounds if "publish_s" in r),
@@ -182,8 +183,9 @@ def main() -> None:
     summary["goal_15ms_met"] = summary["hot_publish_s_median"] <= 0.015
     print_table(rounds, ["round", "publish_s", "write_s", "path", "mem_generate_gb", "mem_asleep_gb", "mem_train_gb",
                          "mem_sync_gb", "mismatch_tokens", "mismatch_abs_mean", "token_mult_prob_error", "ok"])
-    print_table([summary], ["transport", "in_place", "bytes", "tensors", "copy_flat_s", "copy_per_tensor_s", "hot_write_s_median",
-                            "hot_publish_s_median", "hot_publish_over_copy", "colocated_publish_s_median"])
+    print_table([summary], ["transport", "in_place", "bytes", "tensors", "copy_flat_s", "copy_per_tensor_s",
+                            "hot_write_s_median", "hot_publish_s_median", "hot_publish_over_copy",
+                            "colocated_publish_s_median"])
     print_table([parts], list(parts))
     path = write_result("weight_sync", {"summary": summary, "rounds": rounds, "hot": hot,
                                         "config": cfg.model_dump(mode="json")}, args.commit)
