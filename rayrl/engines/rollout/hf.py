@@ -241,6 +241,8 @@ class HFRolloutEngine:
                 if name not in params:
                     raise KeyError(f"weight '{name}' from the learner is not a parameter of the rollout model")
                 params[name].copy_(tensor)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # ipc: done reading the learner's tensors
+            torch.cuda.synchronize()  # before it may change them (in place: its next step)
 
     async def end_weight_update(self, version: int) -> None:
         self.version = version
