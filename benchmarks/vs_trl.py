@@ -6,11 +6,13 @@ vLLM's CPU engine, asynchronous (η = 1), dynamic sampling off so the algorithms
 greedy exact match on the same tasks, measured every --eval-every steps; evaluation time is left out of every
 clock. Each repeat runs the systems in turn, the order reversed every other repeat. Reported: held-out
 accuracy against training wall time (one PNG, every repeat), and per system the medians and ranges over
-repeats of the time to TRL's final accuracy (its median over repeats), wall time and samples/s. TRL is a
-benchmark-only extra (pip install trl), not a dependency of rayrl.
+repeats of the time to TRL's final accuracy (its median over repeats), wall time and samples/s. With --seeds,
+repeat i runs both systems with seed i's sampling and learner seeds, and each rayrl run is also timed to the
+final accuracy of TRL's run with the same seed (paired_vs_trl_time). TRL is a benchmark-only extra (pip install
+trl), not a dependency of rayrl.
 
     python -m benchmarks.vs_trl [--config arithmetic|long-answers] [--steps 150] [--eval-every 10] [--repeats 2]
-                                [--systems trl,rayrl-hf,rayrl-vllm]
+                                [--systems trl,rayrl-hf,rayrl-vllm] [--seeds 0,1,2]
 """
 
 from __future__ import annotations
@@ -197,6 +199,7 @@ def main() -> None:
     p.add_argument("--systems", default="trl,rayrl-hf,rayrl-vllm")
     p.add_argument("--config", choices=sorted(CONFIGS), default="arithmetic", help="CPU: the task's settings")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--seeds", default="", help="CPU: one seed per repeat (learner.seed, rollout.seed, TRL's seed)")
     p.add_argument("--gpus", type=int, default=0, choices=[0, 1], help="1: throughput at equal work on one GPU "
                    "(benchmarks.vs_trl_gpu); 0: time to accuracy on CPU")
     p.add_argument("--etas", default="0,4", help="--gpus 1: rayrl's η values")
@@ -221,14 +224,19 @@ def main() -> None:
     cfg = load_config(RECIPE, [*SAME, *args.overrides])
     model_path = demo_model(cfg)
     systems, runs = args.systems.split(","), []
+    seeds = [int(x) for x in args.seeds.split(",") if x]
     for rep in range(args.repeats):
+        seeded = [f"learner.seed={seeds[rep % len(seeds)]}", f"rollout.seed={seeds[rep % len(seeds)]}"] if seeds else []
         for system in (systems if rep % 2 == 0 else systems[::-1]):
             if system == "trl":
-                run = run_trl(cfg, model_path, args.steps, args.eval_every)
+                run = run_trl(load_config(RECIPE, [*SAME, *args.overrides, *seeded]), model_path, args.steps,
+                              args.eval_every)
             else:
-                run = run_rayrl(system.removeprefix("rayrl-"), args.steps, args.eval_every, args.overrides)
-            runs.append({"repeat": rep, **run, "final_accuracy": run["curve"][-1][1]})
+                run = run_rayrl(system.removeprefix("rayrl-"), args.steps, args.eval_every, [*args.overrides, *seeded])
+            runs.append({"repeat": rep, "seed": seeds[rep % len(seeds)] if seeds else cfg.learner.seed, **run,
+                         "final_accuracy": run["curve"][-1][1]})
     trl = [r for r in runs if r["system"] == "trl"]
+    paired = {r["repeat"]: r for r in trl}  # each repeat's TRL run: its final accuracy and wall time
     target = statistics.median(r["final_accuracy"] for r in trl) if trl else None
     trl_wall = statistics.median(r["wall_s"] for r in trl) if trl else None
     rows = []
@@ -240,14 +248,19 @@ def main() -> None:
                      **{k: spread([r[k] for r in mine]) for k in ("step_s", "wait_s", "train_s", "sync_s") if k in mine[0]},
                      "reached": f"{len(reached)}/{len(mine)}", "time_to_target_s": spread(reached),
                      "vs_trl_time": spread([t / trl_wall for t in reached])})
+        if seeds and trl:  # against the same seed's TRL run: its final accuracy within its wall time
+            ratios = [(time_to(r["curve"], paired[r["repeat"]]["final_accuracy"]), paired[r["repeat"]]["wall_s"])
+                      for r in mine]
+            rows[-1].update(paired_reached=f"{sum(t is not None for t, _ in ratios)}/{len(mine)}",
+                            paired_vs_trl_time=spread([t / wall for t, wall in ratios if t is not None]))
     path = write_result("vs_trl", {"config": args.config, "overrides": args.overrides, "steps": args.steps,
-                                   "repeats": args.repeats, "hyperparameters": hyperparameters(cfg),
+                                   "repeats": args.repeats, "seeds": seeds, "hyperparameters": hyperparameters(cfg),
                                    "target": target, "trl_wall_s": trl_wall, "rows": rows, "runs": runs}, args.commit)
     png = plot(runs, path.with_suffix(".png"))
     print_side_by_side(hyperparameters(cfg))
     print_table([{k: _show(v) for k, v in r.items()} for r in rows],
                 ["system", "final_accuracy", "wall_s", "samples_per_s", "step_s", "wait_s", "train_s", "reached",
-                 "time_to_target_s", "vs_trl_time"])
+                 "time_to_target_s", "vs_trl_time", *(["paired_reached", "paired_vs_trl_time"] if seeds else [])])
     print(f"target (TRL's median final accuracy) {target}; vs_trl_time: time to it over TRL's median wall time -> "
           f"{path}, {png}")
 
