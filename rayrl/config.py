@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rayrl.config_moved import check_moved
@@ -395,7 +393,3 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
         return Config.model_validate(tree)
     except ValidationError as err:
         raise ConfigError(explain(err, Config, SECTIONS)) from None
-
-
-def save_config(cfg: Config, path: str | os.PathLike) -> None:
-    Path(path).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))

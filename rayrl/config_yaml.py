@@ -1,5 +1,5 @@
-"""Configuration text: YAML files and dotted key=value overrides read into nested dicts, and validation errors
-turned into lines that name the key."""
+"""Configuration text: YAML files (read and written) and dotted key=value overrides as nested dicts, and
+validation errors turned into lines that name the key."""
 
 from __future__ import annotations
 
@@ -40,6 +40,11 @@ def read_config_file(path) -> dict:
     if not isinstance(tree, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping of sections, got {type(tree).__name__}")
     return tree
+
+
+def write_config_file(tree: dict, path) -> None:
+    """A config's sections (as plain data) as a YAML file that read_config_file reads back."""
+    Path(path).write_text(yaml.safe_dump(tree, sort_keys=False))
 
 
 def read_yaml(text: str, where: str) -> Any:

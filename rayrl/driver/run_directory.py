@@ -8,7 +8,8 @@ from pathlib import Path
 
 from rayrl import checkpoint
 from rayrl.checkpoint import RunState
-from rayrl.config import CheckpointConfig, Config, MetricsConfig, save_config
+from rayrl.config import CheckpointConfig, Config, MetricsConfig
+from rayrl.config_yaml import write_config_file
 
 
 class RunDirectory:
@@ -38,7 +39,7 @@ class RunDirectory:
         """Create the folder and write the resolved config; the state to continue from, if resuming (its later
         steps are redone: their lines leave the logs)."""
         self.path.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.path / "config.yaml")
+        write_config_file(cfg.model_dump(mode="json"), self.path / "config.yaml")
         if self.resume_from is None:
             return None
         state = checkpoint.load_state(self.resume_from)

@@ -177,3 +177,12 @@ def test_each_rule_across_sections(rule):
     assert why in str(err.value)
     assert rule(_unchecked(good)) is None
     load_config(None, good)
+
+
+def test_a_written_config_reads_back_as_the_same_config(tmp_path):
+    from rayrl.config_yaml import write_config_file
+
+    cfg = load_config(None, ["learner.adam_betas=[0.8,0.9]", "learner.adam_fused=true", "algorithm.type=DR-GRPO",
+                             "checkpoint.every_steps=0", "rollout.max_new_tokens=7"])
+    write_config_file(cfg.model_dump(mode="json"), tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == cfg
