@@ -94,7 +94,7 @@ class LearnerWorker:
     def init_weight_sync(self, group_info: GroupInfo) -> None:
         self.transport = resolve(WEIGHT_TRANSPORTS, self.cfg.sync.transport, "sync.transport")()
         if self.cfg.sync.transport == "ipc":  # the receivers read this rank's parameters themselves, if they can
-            self.transport.in_place = self.world_size == 1 and self.learner.weights_in_place()
+            self.transport.in_place = self.learner.weights_in_place()
         self.transport.init(group_info)
 
     def send_weights(self, plan: BucketPlan | None = None):

@@ -104,6 +104,7 @@ class IpcTransport:
         # receiver: the sender's buffers by (allocation handle, offset in it), each opened once, and the
         # tensor views of the last payload (the same buffers and plan every sync)
         self._opened: dict[tuple[bytes, int, int], torch.Tensor] = {}
+        self._received = PayloadCache()
         self._views: tuple[IpcPayload | None, list[tuple[str, torch.Tensor]]] = (None, [])
 
     def init(self, group_info: GroupInfo) -> None:
@@ -152,16 +153,11 @@ class IpcTransport:
 
     def receive(self, meta: IpcPayload | IpcRef) -> Iterator[tuple[str, torch.Tensor]]:
         """The sender's tensors, as views of its buffers (opened once per payload)."""
-        held = self._views[0]
-        if isinstance(meta, IpcRef):
-            if held is None or held.key != meta.key:
-                raise RuntimeError(f"sync.transport=ipc: buffers {meta.key} were never received here; the first "
-                                   "sync after the sync group forms carries them")
-        elif held is None or held.key != meta.key:
-            if held is not None:
-                self._opened = {}  # the sender's earlier buffers: let go of them
-            self._views = (meta, [v for bucket, shared in zip(meta.plan.buckets, meta.buffers)
-                                  for v in unpack(self._open(shared), bucket)])
+        payload, held = self._received.resolve(meta), self._views[0]
+        if held is None or held.key != payload.key:
+            self._opened = {}  # the sender's earlier buffers, if any: let go of them
+            self._views = (payload, [v for bucket, shared in zip(payload.plan.buckets, payload.buffers)
+                                     for v in unpack(self._open(shared), bucket)])
         return iter(self._views[1])
 
     def _open(self, shared: SharedBuffer) -> torch.Tensor:
