@@ -234,6 +234,7 @@ class LearnerConfig(_Section):
     minibatches: int = F(1, "Optimizer steps per training batch.", ge=1)
     max_tokens_per_micro_batch: int = F(8192, "Micro-batches of at most this many tokens (one sequence fits).", ge=1)
     pack_sequences: bool | None = F(None, "Padding-free packing; unset: packed on GPU (varlen attention), padded.")
+    share_prompts: bool | None = F(None, "A group's prompt run once per padded row (CPU); unset: on where allowed.")
     logprob_chunk_tokens: int = F(4096, "fp32 logit rows at once when scoring (one chunk: kept for backward).", ge=1)
     dtype: Literal["float32", "bfloat16"] = F("float32", "bfloat16: bf16 compute, fp32 masters and reductions.")
     zero_stage: Literal[2, 3] = F(3, "DeepSpeed's ZeRO stage.")

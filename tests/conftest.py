@@ -65,13 +65,15 @@ def random_groups():
     return _random_groups
 
 
-def _random_groups(n_groups: int, group_size: int, seed: int = 0) -> list[TrajectoryGroup]:
+def _random_groups(n_groups: int, group_size: int, seed: int = 0, same_prompt: bool = False) -> list[TrajectoryGroup]:
+    """same_prompt: a group's samples share one prompt (GRPO's groups), else each draws its own."""
     rng = random.Random(seed)
     groups = []
     for g in range(n_groups):
         samples = []
+        shared = [1] + [rng.randrange(4, 16) for _ in range(rng.randrange(3, 7))]
         for i in range(group_size):
-            prompt = [1] + [rng.randrange(4, 16) for _ in range(rng.randrange(3, 7))]
+            prompt = shared if same_prompt else [1] + [rng.randrange(4, 16) for _ in range(rng.randrange(3, 7))]
             comp = [rng.randrange(4, 16) for _ in range(rng.randrange(1, 6))] + [2]
             samples.append(Sample(f"{g}", prompt, comp, [-rng.random() for _ in comp], [0] * len(comp), "stop",
                                   reward=float(rng.random() < 0.5)))

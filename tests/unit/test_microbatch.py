@@ -1,11 +1,12 @@
-"""Packed (padding-free) and padded micro-batching give the same loss and gradients."""
+"""Packed (padding-free), padded and shared-prompt micro-batching give the same loss and gradients."""
 
 import pytest
 import torch
 
 from rayrl.batching import collate
-from rayrl.engines.learner.device import packs_sequences
-from rayrl.engines.learner.microbatch import PADDING_SHARE, empty_like, microbatches, plan_microbatches, plan_padded
+from rayrl.engines.learner.device import packs_sequences, shares_prompts
+from rayrl.engines.learner.microbatch import (PADDING_SHARE, empty_like, microbatches, plan_microbatches, plan_padded,
+                                             segment_mask, view)
 from rayrl import components
 from rayrl.components import demo_model
 
@@ -37,11 +38,11 @@ def model_path(make_cfg):
     return str(demo_model(make_cfg("demo.warmup_steps=20")))
 
 
-def loss_and_grads(make_cfg, model_path, random_groups, *overrides):
+def loss_and_grads(make_cfg, model_path, random_groups, *overrides, same_prompt=False):
     cfg = make_cfg(*overrides, "learner.lr=1e-3")
     learner = components.learner(cfg, model_path)
     learner.backend.step = lambda: 0.0  # keep the gradients: no optimizer step, no zeroing
-    batch = collate(random_groups(4, 4), learner.tokenizer.pad_token_id)
+    batch = collate(random_groups(4, 4, same_prompt=same_prompt), learner.tokenizer.pad_token_id)
     stats = learner.train_step(batch)
     return stats, {n: p.grad.clone() for n, p in learner.backend.model.named_parameters()}
 
@@ -61,6 +62,36 @@ def test_packed_equals_padded(make_cfg, model_path, random_groups):
         worst = max((grads[n] - ref_grads[n]).abs().max().item() for n in grads)
         assert worst <= 1e-5, (overrides, worst)
     assert any(g.abs().max() > 0 for g in ref_grads.values())
+
+
+def test_shared_prompts_equal_one_row_per_sample(make_cfg, model_path, random_groups):
+    """learner.share_prompts: a group's prompt once per row, each sample a branch that sees it and itself, gives
+    the loss and gradients of one padded row per sample, through fewer tokens; a tight budget cuts a group."""
+    batch = collate(random_groups(4, 4, same_prompt=True), 0)
+    rows = microbatches(batch, max_tokens=10_000, pack=False)
+    (mb,) = microbatches(batch, max_tokens=10_000, pack=False, share_prompts=True)
+    assert mb.input_ids.shape[0] == 4 and mb.n_sequences == 16 == sum(r.n_sequences for r in rows)
+    assert mb.attention_mask.sum() < sum(r.attention_mask.sum() for r in rows)
+    assert torch.equal(view(batch.input_ids, mb), mb.input_ids * mb.attention_mask)  # each token maps back
+    assert float(mb.loss_mask.sum()) == float(batch.loss_mask.sum())  # every scored token, once
+    mask = segment_mask(mb.segments, torch.float32)[0, 0]
+    first, second = (mb.segments[0] == 1).nonzero()[-1], (mb.segments[0] == 2).nonzero()[-1]
+    assert mask[second, 0] == 0 and mask[second, first] < 0  # the prefix is seen, another branch is not
+    cut = microbatches(batch, max_tokens=16, pack=False, share_prompts=True)
+    assert sum(m.n_sequences for m in cut) == 16 and all(m.n_tokens <= 16 for m in cut)
+    ref_stats, ref_grads = loss_and_grads(make_cfg, model_path, random_groups, "learner.share_prompts=false",
+                                          "algorithm.loss_agg=seq_mean_token_mean", same_prompt=True)
+    for budget in (10_000, 16):
+        stats, grads = loss_and_grads(make_cfg, model_path, random_groups, "learner.share_prompts=true",
+                                      f"learner.max_tokens_per_micro_batch={budget}",
+                                      "algorithm.loss_agg=seq_mean_token_mean", same_prompt=True)
+        assert stats["loss"] == pytest.approx(ref_stats["loss"], abs=1e-6), budget
+        assert max((grads[n] - ref_grads[n]).abs().max().item() for n in grads) <= 1e-5, budget
+    cpu = torch.device("cpu")
+    assert shares_prompts(make_cfg().learner, cpu, bitwise=False)  # the CPU default
+    assert not shares_prompts(make_cfg().learner, cpu, bitwise=True)
+    with pytest.raises(ValueError, match="learner.share_prompts=true needs a CPU learner with padded rows"):
+        shares_prompts(make_cfg("learner.share_prompts=true", "learner.pack_sequences=true").learner, cpu, False)
 
 
 def test_packed_rows_carry_the_offsets_the_varlen_kernel_reads(make_cfg, random_groups):

@@ -28,3 +28,13 @@ def packs_sequences(lc: LearnerConfig, device: torch.device) -> bool:
     if lc.pack_sequences is not None:
         return lc.pack_sequences
     return device.type == "cuda"
+
+
+def shares_prompts(lc: LearnerConfig, device: torch.device, bitwise: bool) -> bool:
+    """learner.share_prompts, or by default: on where rows are padded and attention is eager (CPU), never in the
+    bitwise mode (its forward is vLLM's, one sequence a row)."""
+    possible = device.type == "cpu" and not packs_sequences(lc, device) and not bitwise
+    if lc.share_prompts and not possible:
+        raise ValueError("learner.share_prompts=true needs a CPU learner with padded rows (learner.pack_sequences="
+                         "false) outside the bitwise mode; leave it unset to share prompts wherever that holds")
+    return possible if lc.share_prompts is None else lc.share_prompts

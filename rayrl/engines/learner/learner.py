@@ -22,7 +22,7 @@ from rayrl.algorithms.shaping import shape_batch
 from rayrl.config import AlgorithmConfig, LearnerConfig
 from rayrl.engines.learner.base import LearnerBackend, LearnerSetup
 from rayrl.engines.learner.checkpoint import export_hf
-from rayrl.engines.learner.device import attention_for, learner_device, packs_sequences
+from rayrl.engines.learner.device import attention_for, learner_device, packs_sequences, shares_prompts
 from rayrl.engines.learner.offload import move_optimizer_state
 from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, scatter, view
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
@@ -77,6 +77,7 @@ class Learner:
         torch.manual_seed(lc.seed)
         self.lc, self.alg, self.setup = lc, alg, setup
         self.device, self.dp = learner_device(setup.on_gpu), data_parallel()
+        self.share_prompts = shares_prompts(lc, self.device, setup.bitwise)
         bitwise = setup.bitwise
         if bitwise:  # before the first CUDA matmul: cuBLAS reads its workspace setting once
             enable_batch_invariant_kernels()
@@ -153,7 +154,7 @@ class Learner:
         lc, alg, dp, backend = self.lc, self.alg, self.dp, self.backend
         self.reclaim()
         rewards, mask = shape_batch(batch.rewards, batch.loss_mask, batch.truncated, self.setup.max_new_tokens, alg)
-        mbs = microbatches(batch, lc.max_tokens_per_micro_batch, packs_sequences(lc, self.device))
+        mbs = microbatches(batch, lc.max_tokens_per_micro_batch, packs_sequences(lc, self.device), self.share_prompts)
         mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
         if self.sent is not None:  # bitwise mode after a sync: the policy's next forward notes the weights it reads
             self.backend.model.seen = {}

@@ -5,6 +5,12 @@ cu_seqlens marks where each starts, for the varlen attention kernel (on CPU tran
 position_ids into a block-diagonal causal mask). Every per-token tensor is carried along, so the
 loss is computed the same way in both layouts; seq_ids (the batch row of each token) and position_ids
 map any further [B, T] tensor into a micro-batch (`view`) and back (`scatter`).
+
+Shared prompts (padded rows, learner.share_prompts): a group's samples share their prompt, so one row holds
+it once, then each sample's branch: the prompt's last token again (its logits score the first completion
+token), then the completion. `segments` says which branch a token is on (0: the shared prefix, -1: padding)
+and `segment_mask` lets a branch attend to the prefix and to itself only: the same log-probs as one row per
+sample, with the prompt's layers run once instead of group_size times.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class MicroBatch(msgspec.Struct):
     cu_seqlens: torch.Tensor | None = None  # packed: int32 [n_seqs + 1] offsets of the sequences in the row
     max_seqlen: int = 0  # packed: the longest sequence in the row
     versions: torch.Tensor | None = None  # [R, L]: the policy version that sampled each target token
+    segments: torch.Tensor | None = None  # shared prompts: [R, L] long, 0 the prefix, i > 0 a branch, -1 padding
 
     def to(self, device) -> "MicroBatch":
         """Every tensor on device, copied once before the step's passes: a copy from pageable host memory
@@ -54,6 +61,8 @@ class MicroBatch(msgspec.Struct):
     @property
     def n_sequences(self) -> int:
         """Sequences with at least one scored token (a lockstep filler has none)."""
+        if self.segments is not None:
+            return int(self.seq_ids[self.loss_mask > 0].unique().numel())
         if self.cu_seqlens is None:
             return int((self.loss_mask.sum(-1) > 0).sum())
         cu = self.cu_seqlens.long()
@@ -147,7 +156,74 @@ def padded(batch: Batch, rows: list[int]) -> MicroBatch:
     return MicroBatch(batch.input_ids[index, :width], pos, attn, **pieces)
 
 
-def microbatches(batch: Batch, max_tokens: int, pack: bool = True) -> list[MicroBatch]:
+def shared_prefix(batch: Batch, rows: list[int]) -> int:
+    """The tokens the rows begin with alike, up to the last one before any row's first scored token (whose
+    logits each branch computes itself)."""
+    ids, lengths = batch.input_ids[rows], [sequence_lengths(batch)[i] for i in rows]
+    alike = (ids == ids[0]).all(0)[: min(lengths)]
+    common = int(alike.long().cumprod(0).sum())
+    scored = batch.loss_mask[rows] > 0
+    first = min((int(s.nonzero()[0]) if s.any() else n) for s, n in zip(scored, lengths))
+    return max(0, min(common, first - 1))
+
+
+def plan_shared(batch: Batch, max_tokens: int) -> list[tuple[int, list[int]]]:
+    """A (prefix length, rows) unit per group, cut where its row would pass max_tokens."""
+    lengths = sequence_lengths(batch)
+    if lengths and max(lengths) > max_tokens:
+        plan_microbatches(lengths, max_tokens)  # raises, naming the setting
+    units = []
+    for g in batch.group_index.unique().tolist():
+        rows = (batch.group_index == g).nonzero().squeeze(-1).tolist()
+        prefix = shared_prefix(batch, rows)
+        unit, size = [], prefix
+        for i in rows:
+            if unit and size + lengths[i] - prefix > max_tokens:
+                units.append((prefix, unit))
+                unit, size = [], prefix
+            unit.append(i)
+            size += lengths[i] - prefix
+        units.append((prefix, unit))
+    return units
+
+
+def shared(batch: Batch, units: list[tuple[int, list[int]]]) -> MicroBatch:
+    """One padded row per unit: its prefix once, then each row's branch (see the module's docstring)."""
+    lengths = sequence_lengths(batch)
+    spans = [[(rows[0], 0, prefix, 0)] + [(i, prefix, lengths[i], b + 1) for b, i in enumerate(rows)]
+             for prefix, rows in units]
+    width = max(sum(end - start for _, start, end, _ in s) for s in spans)
+    src_row = torch.full((len(units), width), -1, dtype=torch.long)
+    src_col, segments = torch.zeros_like(src_row), torch.full_like(src_row, -1)
+    for r, unit in enumerate(spans):
+        at = 0
+        for row, start, end, seg in unit:
+            src_row[r, at: at + end - start], segments[r, at: at + end - start] = row, seg
+            src_col[r, at: at + end - start] = torch.arange(start, end)
+            at += end - start
+    valid = src_row >= 0
+    take = lambda v: None if v is None else v[src_row.clamp(min=0), src_col] * valid  # noqa: E731
+    pieces = {k: take(v) for k, v in _per_token(batch).items() if k != "seq_ids"}
+    ids = torch.where(valid, batch.input_ids[src_row.clamp(min=0), src_col], 0)
+    return MicroBatch(ids, src_col, valid.long(), **pieces, seq_ids=src_row, segments=segments)
+
+
+def segment_mask(segments: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[R, 1, L, L] additive attention mask of shared-prompt rows: causal, a branch sees the prefix and itself;
+    a padding token sees itself only (a row with no key would give NaN)."""
+    q, k = segments[:, :, None], segments[:, None, :]
+    pos = torch.arange(segments.shape[1], device=segments.device)
+    causal = pos[None, :, None] >= pos[None, None, :]
+    allowed = (causal & (k >= 0) & ((k == 0) | (k == q))) | torch.eye(len(pos), dtype=torch.bool, device=pos.device)
+    return torch.zeros(allowed.shape, dtype=dtype, device=pos.device).masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+def microbatches(batch: Batch, max_tokens: int, pack: bool = True, share_prompts: bool = False) -> list[MicroBatch]:
+    """Packed or padded micro-batches; share_prompts (padded only): a group's prompt once per row."""
+    if share_prompts:
+        units = plan_shared(batch, max_tokens)
+        sizes = [p + sum(sequence_lengths(batch)[i] - p for i in rows) for p, rows in units]
+        return [shared(batch, [units[u] for u in plan]) for plan in plan_padded(sizes, max_tokens)]
     plan = (plan_microbatches if pack else plan_padded)(sequence_lengths(batch), max_tokens)
     return [(packed if pack else padded)(batch, rows) for rows in plan]
 
@@ -162,4 +238,4 @@ def empty_like(mb: MicroBatch) -> MicroBatch:
                       one(mb.loss_mask), one(mb.behav_logprobs), one(mb.prox_logprobs), one(mb.ref_logprobs),
                       one(mb.advantages), torch.full_like(mb.seq_ids[:, :1], -1), one(mb.weights), one(mb.values),
                       torch.tensor([0, 1], dtype=torch.int32) if packed_row else None, int(packed_row),
-                      one(mb.versions))
+                      one(mb.versions), one(mb.segments))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rayrl.engines.learner.microbatch import MicroBatch
+from rayrl.engines.learner.microbatch import MicroBatch, segment_mask
 from rayrl.models import bitwise_ops
 from rayrl.models.logprob_head import TokenLogprobHead, scoring
 from rayrl.types import Batch
@@ -43,8 +43,10 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
 
 
 def microbatch_logprobs(model, mb: MicroBatch, temperature: float, device="cpu", entropy: bool = False):
-    """Token log-probs of one micro-batch (packed or padded) on the model's device (and entropies)."""
+    """Token log-probs of one micro-batch (packed, padded or shared prompts) on the model's device (and entropies)."""
     mask = None if mb.attention_mask is None else mb.attention_mask.to(device)
+    if mb.segments is not None:  # shared prompts: each branch sees the prefix and itself
+        mask = segment_mask(mb.segments.to(device), next(model.parameters()).dtype)
     return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.position_ids.to(device), entropy,
                           **mb.attention_kwargs(device))
 
