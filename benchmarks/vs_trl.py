@@ -8,11 +8,12 @@ clock. Each repeat runs the systems in turn, the order reversed every other repe
 accuracy against training wall time (one PNG, every repeat), and per system the medians and ranges over
 repeats of the time to TRL's final accuracy (its median over repeats), wall time and samples/s. With --seeds,
 repeat i runs both systems with seed i's sampling and learner seeds, and each rayrl run is also timed to the
-final accuracy of TRL's run with the same seed (paired_vs_trl_time). TRL is a benchmark-only extra (pip install
-trl), not a dependency of rayrl.
+final accuracy of TRL's run with the same seed (paired_vs_trl_time). --rayrl-steps lets rayrl train more steps
+than TRL (a faster step reaches TRL's accuracy within TRL's wall time only if it may keep going; its time to
+that accuracy is measured all the same). TRL is a benchmark-only extra (pip install trl), not a dependency of rayrl.
 
-    python -m benchmarks.vs_trl [--config arithmetic|long-answers] [--steps 150] [--eval-every 10] [--repeats 2]
-                                [--systems trl,rayrl-hf,rayrl-vllm] [--seeds 0,1,2]
+    python -m benchmarks.vs_trl [--config arithmetic|long-answers] [--steps 150] [--rayrl-steps N] [--eval-every 10]
+                                [--repeats 2] [--systems trl,rayrl-hf,rayrl-vllm] [--seeds 0,1,2]
 """
 
 from __future__ import annotations
@@ -195,6 +196,7 @@ def plot(runs: list[dict], out: Path) -> Path:
 def main() -> None:
     p = benchmark_parser(__doc__)
     p.add_argument("--steps", type=int, default=None, help="default 150 on CPU, 8 with --gpus 1")
+    p.add_argument("--rayrl-steps", type=int, default=None, help="CPU: rayrl's steps (default: --steps)")
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--systems", default="trl,rayrl-hf,rayrl-vllm")
     p.add_argument("--config", choices=sorted(CONFIGS), default="arithmetic", help="CPU: the task's settings")
@@ -233,8 +235,10 @@ def main() -> None:
                 run = run_trl(load_config(RECIPE, [*SAME, *args.overrides, *seeded]), model_path, args.steps,
                               args.eval_every)
             else:
-                run = run_rayrl(system.removeprefix("rayrl-"), args.steps, args.eval_every, [*args.overrides, *seeded])
-            runs.append({"repeat": rep, "seed": seed, **run, "final_accuracy": run["curve"][-1][1]})
+                run = run_rayrl(system.removeprefix("rayrl-"), args.rayrl_steps or args.steps, args.eval_every,
+                                [*args.overrides, *seeded])
+            runs.append({"repeat": rep, "seed": seed, "steps": args.steps if system == "trl" else
+                         args.rayrl_steps or args.steps, **run, "final_accuracy": run["curve"][-1][1]})
     trl = [r for r in runs if r["system"] == "trl"]
     paired = {r["repeat"]: r for r in trl}  # each repeat's TRL run: its final accuracy and wall time
     target = statistics.median(r["final_accuracy"] for r in trl) if trl else None
@@ -254,6 +258,7 @@ def main() -> None:
             rows[-1].update(paired_reached=f"{sum(t is not None for t, _ in ratios)}/{len(mine)}",
                             paired_vs_trl_time=spread([t / wall for t, wall in ratios if t is not None]))
     path = write_result("vs_trl", {"config": args.config, "overrides": args.overrides, "steps": args.steps,
+                                   "rayrl_steps": args.rayrl_steps or args.steps,
                                    "repeats": args.repeats, "seeds": seeds, "hyperparameters": hyperparameters(cfg),
                                    "target": target, "trl_wall_s": trl_wall, "rows": rows, "runs": runs}, args.commit)
     png = plot(runs, path.with_suffix(".png"))
