@@ -23,6 +23,7 @@
 #                                 bitwise-test: tests/gpu/test_bitwise_gpu.py (vLLM batch-invariant, learner log-probs equal)
 #                                 bitwise-steps: its recipe steps alone, with the per-tensor checks after each sync
 #                                 bitwise: benchmarks/bitwise.py (that check, then the recipe normal vs bitwise)
+#                                 profile-bitwise: learner_profile of one step, normal then bitwise (host syncs, kernels)
 #                                 async: async_vs_sync --gpus 1, η = 0,1,2,4 once (vLLM and FSDP2 sharing the GPU);
 #                                 async-reverse: the same with η = 4,2,1,0 (merge the two: async_vs_sync --merge);
 #                                 ETAS=0,4 runs fewer η values (each run costs ~2 min of startup and steps)
@@ -79,6 +80,12 @@ run_mode() {
     CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 \
       --shape 0.5b --completion 128 --groups 32 --runs fsdp:packed:16384:compile ;;
   profile) CUDA_VISIBLE_DEVICES=0 step learner_profile 200 python3 -m benchmarks.learner_profile --commit "$commit" --compile true ;;
+  profile-bitwise)  # the learner's step, normal and bitwise, at the bitwise benchmark's recipe settings
+    for mode in "" --bitwise; do
+      CUDA_VISIBLE_DEVICES=0 step "learner_profile${mode:+_bitwise}" 240 python3 -m benchmarks.learner_profile \
+        --commit "$commit" --tokens 8192 $mode learner.activation_checkpointing=true algorithm.beta=0.1 \
+        rollout.temperature=0.7
+    done ;;
   mismatch) CUDA_VISIBLE_DEVICES=0 step gpu_learner_check 600 python3 -m benchmarks.gpu_learner_check --commit "$commit" --gpus 1 ;;
   one-gpu) for m in varlen throughput mfu profile; do run_mode "$m"; done ;;
   agent) CUDA_VISIBLE_DEVICES=0 step gpu_agent_check 400 python3 -m benchmarks.gpu_agent_check --commit "$commit" ;;
@@ -132,7 +139,7 @@ run_mode() {
       vllm.enforce_eager=true metrics.run_dir=/tmp/gpu-runs metrics.progress=false checkpoint.save_final=false
     ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
-  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise-steps, bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise-steps, bitwise, profile-bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }
 
