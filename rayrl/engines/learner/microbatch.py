@@ -215,14 +215,15 @@ def segment_mask(segments: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     pos = torch.arange(segments.shape[1], device=segments.device)
     causal = pos[None, :, None] >= pos[None, None, :]
     allowed = (causal & (k >= 0) & ((k == 0) | (k == q))) | torch.eye(len(pos), dtype=torch.bool, device=pos.device)
-    return torch.zeros(allowed.shape, dtype=dtype, device=pos.device).masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=pos.device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
 
 def microbatches(batch: Batch, max_tokens: int, pack: bool = True, share_prompts: bool = False) -> list[MicroBatch]:
     """Packed or padded micro-batches; share_prompts (padded only): a group's prompt once per row."""
     if share_prompts:
-        units = plan_shared(batch, max_tokens)
-        sizes = [p + sum(sequence_lengths(batch)[i] - p for i in rows) for p, rows in units]
+        units, lengths = plan_shared(batch, max_tokens), sequence_lengths(batch)
+        sizes = [p + sum(lengths[i] - p for i in rows) for p, rows in units]
         return [shared(batch, [units[u] for u in plan]) for plan in plan_padded(sizes, max_tokens)]
     plan = (plan_microbatches if pack else plan_padded)(sequence_lengths(batch), max_tokens)
     return [(packed if pack else padded)(batch, rows) for rows in plan]
