@@ -231,14 +231,13 @@ def main() -> None:
         seed = seeds[rep % len(seeds)] if seeds else cfg.learner.seed
         seeded = [f"learner.seed={seed}", f"rollout.seed={seed}"] if seeds else []
         for system in (systems if rep % 2 == 0 else systems[::-1]):
+            steps = args.steps if system == "trl" else args.rayrl_steps or args.steps
             if system == "trl":
                 run = run_trl(load_config(RECIPE, [*SAME, *args.overrides, *seeded]), model_path, args.steps,
                               args.eval_every)
             else:
-                run = run_rayrl(system.removeprefix("rayrl-"), args.rayrl_steps or args.steps, args.eval_every,
-                                [*args.overrides, *seeded])
-            runs.append({"repeat": rep, "seed": seed, "steps": args.steps if system == "trl" else
-                         args.rayrl_steps or args.steps, **run, "final_accuracy": run["curve"][-1][1]})
+                run = run_rayrl(system.removeprefix("rayrl-"), steps, args.eval_every, [*args.overrides, *seeded])
+            runs.append({"repeat": rep, "seed": seed, "steps": steps, **run, "final_accuracy": run["curve"][-1][1]})
     trl = [r for r in runs if r["system"] == "trl"]
     paired = {r["repeat"]: r for r in trl}  # each repeat's TRL run: its final accuracy and wall time
     target = statistics.median(r["final_accuracy"] for r in trl) if trl else None

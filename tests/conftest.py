@@ -71,9 +71,10 @@ def _random_groups(n_groups: int, group_size: int, seed: int = 0, same_prompt: b
     groups = []
     for g in range(n_groups):
         samples = []
-        shared = [1] + [rng.randrange(4, 16) for _ in range(rng.randrange(3, 7))]
+        draw = lambda: [1] + [rng.randrange(4, 16) for _ in range(rng.randrange(3, 7))]  # noqa: E731
+        shared = draw() if same_prompt else None  # drawn only then: other tests keep their groups
         for i in range(group_size):
-            prompt = shared if same_prompt else [1] + [rng.randrange(4, 16) for _ in range(rng.randrange(3, 7))]
+            prompt = shared or draw()
             comp = [rng.randrange(4, 16) for _ in range(rng.randrange(1, 6))] + [2]
             samples.append(Sample(f"{g}", prompt, comp, [-rng.random() for _ in comp], [0] * len(comp), "stop",
                                   reward=float(rng.random() < 0.5)))

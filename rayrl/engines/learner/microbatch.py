@@ -156,10 +156,10 @@ def padded(batch: Batch, rows: list[int]) -> MicroBatch:
     return MicroBatch(batch.input_ids[index, :width], pos, attn, **pieces)
 
 
-def shared_prefix(batch: Batch, rows: list[int]) -> int:
+def shared_prefix(batch: Batch, rows: list[int], lengths: list[int]) -> int:
     """The tokens the rows begin with alike, up to the last one before any row's first scored token (whose
-    logits each branch computes itself)."""
-    ids, lengths = batch.input_ids[rows], [sequence_lengths(batch)[i] for i in rows]
+    logits each branch computes itself). lengths: the rows' own."""
+    ids = batch.input_ids[rows]
     alike = (ids == ids[0]).all(0)[: min(lengths)]
     common = int(alike.long().cumprod(0).sum())
     scored = batch.loss_mask[rows] > 0
@@ -167,15 +167,14 @@ def shared_prefix(batch: Batch, rows: list[int]) -> int:
     return max(0, min(common, first - 1))
 
 
-def plan_shared(batch: Batch, max_tokens: int) -> list[tuple[int, list[int]]]:
+def plan_shared(batch: Batch, lengths: list[int], max_tokens: int) -> list[tuple[int, list[int]]]:
     """A (prefix length, rows) unit per group, cut where its row would pass max_tokens."""
-    lengths = sequence_lengths(batch)
     if lengths and max(lengths) > max_tokens:
         plan_microbatches(lengths, max_tokens)  # raises, naming the setting
     units = []
     for g in batch.group_index.unique().tolist():
         rows = (batch.group_index == g).nonzero().squeeze(-1).tolist()
-        prefix = shared_prefix(batch, rows)
+        prefix = shared_prefix(batch, rows, [lengths[i] for i in rows])
         unit, size = [], prefix
         for i in rows:
             if unit and size + lengths[i] - prefix > max_tokens:
@@ -187,9 +186,8 @@ def plan_shared(batch: Batch, max_tokens: int) -> list[tuple[int, list[int]]]:
     return units
 
 
-def shared(batch: Batch, units: list[tuple[int, list[int]]]) -> MicroBatch:
+def shared(batch: Batch, units: list[tuple[int, list[int]]], lengths: list[int]) -> MicroBatch:
     """One padded row per unit: its prefix once, then each row's branch (see the module's docstring)."""
-    lengths = sequence_lengths(batch)
     spans = [[(rows[0], 0, prefix, 0)] + [(i, prefix, lengths[i], b + 1) for b, i in enumerate(rows)]
              for prefix, rows in units]
     width = max(sum(end - start for _, start, end, _ in s) for s in spans)
@@ -222,9 +220,10 @@ def segment_mask(segments: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def microbatches(batch: Batch, max_tokens: int, pack: bool = True, share_prompts: bool = False) -> list[MicroBatch]:
     """Packed or padded micro-batches; share_prompts (padded only): a group's prompt once per row."""
     if share_prompts:
-        units, lengths = plan_shared(batch, max_tokens), sequence_lengths(batch)
+        lengths = sequence_lengths(batch)
+        units = plan_shared(batch, lengths, max_tokens)
         sizes = [p + sum(lengths[i] - p for i in rows) for p, rows in units]
-        return [shared(batch, [units[u] for u in plan]) for plan in plan_padded(sizes, max_tokens)]
+        return [shared(batch, [units[u] for u in plan], lengths) for plan in plan_padded(sizes, max_tokens)]
     plan = (plan_microbatches if pack else plan_padded)(sequence_lengths(batch), max_tokens)
     return [(packed if pack else padded)(batch, rows) for rows in plan]
 
