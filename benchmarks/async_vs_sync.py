@@ -69,12 +69,13 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
     med = lambda key: statistics.median(key(r) for r in kept)  # noqa: E731
     wait, trn, step = med(lambda r: r["wait_s"]), med(lambda r: r["train_s"] + r["sync_s"]), med(lambda r: r["step_s"])
     busy = sampler.busy(kept[0]["time"] - kept[0]["step_s"], kept[-1]["time"])
-    # the strong-baseline check (η = 0, GPU): generation tokens/s over the wait, the learner's model FLOPs
-    # (6·N per token; attention of these short sequences left out) over its training time
+    # the strong-baseline check (η = 0, GPU): generation tokens/s over the wait (at η > 0 the wait is not the
+    # generation's time), the learner's model FLOPs (6·N per token; attention of these short sequences left out)
+    # over its training time
     n_params = count_params(AutoConfig.from_pretrained(cfg.model.path)) if cfg.on_gpu else 0
     return {"eta": eta, "step_s": step, "wait_s": wait, "train_sync_s": trn,
             "gen_tokens_per_s": med(lambda r: r["samples"] * cfg.rollout.max_new_tokens / r["wait_s"])
-            if cfg.rollout.ignore_eos else None,
+            if cfg.rollout.ignore_eos and eta == 0 else None,
             "learner_tflops": med(lambda r: 6 * n_params * r["sequence_tokens"] / r["train_s"] / 1e12)
             if n_params else None,
             "train_busy": med(lambda r: (r["train_s"] + r["sync_s"]) / r["step_s"]), "gpu_busy": busy,

@@ -124,14 +124,11 @@ def _grads(model, seqs, prompts) -> torch.Tensor:
 
 
 def engine_check(model_dir: Path) -> dict:
-    """vLLM in this process's engine subprocess, the learner's forward in this process (its kernels switched to
-    vLLM's batch-invariant ones for the rest of the process: run it before any other CUDA matmul)."""
-    from rayrl.models.bitwise_ops import enable_batch_invariant_kernels
-
-    saved_env = dict(os.environ)  # vLLM's switch and the cuBLAS settings: this check's only, not the recipe runs'
+    """vLLM in this process's engine subprocess (batch-invariant), the learner's forward in this process (which
+    calls vLLM's kernels itself, as in the learner)."""
+    saved_env = dict(os.environ)  # vLLM's switch: this check's only, not the recipe runs'
     os.environ["VLLM_BATCH_INVARIANT"] = "1"
     os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"  # this process has initialised CUDA
-    enable_batch_invariant_kernels()
     try:
         return _engine_check(model_dir)
     finally:

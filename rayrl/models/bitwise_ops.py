@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -25,17 +26,6 @@ def native_kernels() -> Iterator[None]:
         yield
     finally:
         _native.reset(token)
-
-
-def enable_batch_invariant_kernels() -> None:
-    """vLLM's batch-invariant mode in this process, as vLLM's workers enable it: cuBLAS without split-K
-    (its workspace env, read when the first cuBLAS handle is made, so call this before any CUDA matmul),
-    Triton log-softmax and mean, IEEE fp32 matmuls."""
-    from vllm.model_executor.layers.batch_invariant import enable_batch_invariant_mode
-
-    enable_batch_invariant_mode()
-    torch.backends.cuda.matmul.fp32_precision = "ieee"
-    torch.backends.cudnn.conv.fp32_precision = "ieee"
 
 
 def _vjp(native, inputs: tuple, grads: tuple) -> tuple:
@@ -112,15 +102,15 @@ class _Temperature(torch.autograd.Function):
     def forward(ctx, logits, temperature: float):
         from vllm.v1.worker.gpu.sample.gumbel import apply_temperature
 
-        out = logits.contiguous().clone()
+        out = logits.to(torch.float32, memory_format=torch.contiguous_format, copy=True)  # one fresh fp32 copy
         rows = torch.zeros(out.shape[0], dtype=torch.int32, device=out.device)  # every row is request 0
         apply_temperature(out, rows, torch.tensor([temperature], dtype=torch.float32, device=out.device))
-        ctx.temperature = temperature
+        ctx.temperature, ctx.dtype = temperature, logits.dtype
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        return grad / ctx.temperature, None
+        return (grad / ctx.temperature).to(ctx.dtype), None
 
 
 def sampler_logits(logits: torch.Tensor, temperature: float, row_stride: int) -> torch.Tensor:
@@ -129,7 +119,7 @@ def sampler_logits(logits: torch.Tensor, temperature: float, row_stride: int) ->
     kernel (Triton's fp32 `/` is div.full, up to 2 ulp from torch's). Triton specialises its log-prob kernel on
     the dtype and stride, and the specialisation sets the order of its sums."""
     if temperature not in (0.0, 1.0):
-        return _Temperature.apply(logits.float(), temperature)
+        return _Temperature.apply(logits, temperature)
     return logits if logits.stride() == (row_stride, 1) else strided_rows(logits, row_stride)
 
 
@@ -153,7 +143,7 @@ class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         logits, targets = ctx.saved_tensors
-        d = -grad[:, None] * torch.softmax(logits.float(), -1)  # d log p[target] / d logits = onehot - softmax
+        d = torch.softmax(logits, -1, dtype=torch.float32).mul_(-grad[:, None])  # d log p[target] = onehot - softmax
         return d.scatter_add_(-1, targets[:, None], grad[:, None]).to(logits.dtype), None
 
 
@@ -232,50 +222,63 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 
 # ---- attention: vLLM's FlashAttention over a paged KV cache, as its decoder reads it --------------
-def paged_layout(cu: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slots of a packed row's tokens in a paged cache (each sequence from a fresh page) and the block
-    table [sequences, pages] that reads them back, as vLLM's scheduler lays out a prefill."""
-    lengths = cu.diff().long()
+@dataclass(frozen=True)
+class PagedLayout:
+    """A packed row's sequences in a paged KV cache, each from a fresh page, as vLLM's scheduler lays out a
+    prefill: built once per forward (on the host, one copy of cu) and read by every layer, so no layer waits
+    on the device for sizes."""
+
+    cu: torch.Tensor  # int32 [sequences + 1], on the device
+    max_len: int
+    slots: torch.Tensor  # [tokens]: each token's slot in the cache
+    table: torch.Tensor  # int32 [sequences, pages]: the block table that reads them back
+    n_pages: int
+    block_size: int
+
+
+def paged_layout(cu: torch.Tensor, max_len: int, block_size: int) -> PagedLayout:
+    host = cu.cpu().long()
+    lengths = host.diff()
     pages = (lengths + block_size - 1) // block_size
     first = F.pad(pages.cumsum(0), (1, 0))[:-1]
-    seq = torch.repeat_interleave(torch.arange(len(lengths), device=cu.device), lengths)
-    offset = torch.arange(int(cu[-1]), device=cu.device) - cu[:-1].long()[seq]
-    slots = first[seq] * block_size + offset
-    table = first[:, None] + torch.arange(int(pages.max()), device=cu.device)[None]
+    seq = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    slots = first[seq] * block_size + torch.arange(int(host[-1])) - host[:-1][seq]
+    table = first[:, None] + torch.arange(int(pages.max()))[None]
     table = torch.where(table < (first + pages)[:, None], table, 0)
-    return slots, table.to(torch.int32)
+    return PagedLayout(cu.to(torch.int32), max_len, slots.to(cu.device), table.to(torch.int32).to(cu.device),
+                       int(table.max()) + 1, block_size)
 
 
 class _PagedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, cu, max_len, scale, block_size):
+    def forward(ctx, q, k, v, layout: PagedLayout, scale):
         from vllm.v1.attention.backends.fa_utils import get_flash_attn_version
         from vllm.vllm_flash_attn import flash_attn_varlen_func
 
-        slots, table = paged_layout(cu, block_size)
-        n_pages = int(table.max()) + 1
-        kc, vc = (t.new_zeros(n_pages * block_size, *t.shape[1:]) for t in (k, v))
-        kc[slots], vc[slots] = k, v
-        kc, vc = (t.view(n_pages, block_size, *t.shape[1:]) for t in (kc, vc))
+        kc, vc = (t.new_zeros(layout.n_pages * layout.block_size, *t.shape[1:]) for t in (k, v))
+        kc[layout.slots], vc[layout.slots] = k, v
+        kc, vc = (t.view(layout.n_pages, layout.block_size, *t.shape[1:]) for t in (kc, vc))
+        cu, n = layout.cu, layout.max_len
         descale = torch.ones(len(cu) - 1, k.shape[1], dtype=torch.float32, device=q.device)
-        out = flash_attn_varlen_func(q=q, k=kc, v=vc, max_seqlen_q=max_len, cu_seqlens_q=cu, max_seqlen_k=max_len,
-                                     seqused_k=cu.diff().to(torch.int32), softmax_scale=scale, causal=True,
-                                     window_size=[-1, -1], block_table=table, softcap=0.0, k_descale=descale,
+        out = flash_attn_varlen_func(q=q, k=kc, v=vc, max_seqlen_q=n, cu_seqlens_q=cu, max_seqlen_k=n,
+                                     seqused_k=cu.diff(), softmax_scale=scale, causal=True,
+                                     window_size=[-1, -1], block_table=layout.table, softcap=0.0, k_descale=descale,
                                      v_descale=descale, num_splits=1, fa_version=get_flash_attn_version())
-        ctx.save_for_backward(q, k, v, cu)
-        ctx.max_len, ctx.scale = max_len, scale
+        ctx.save_for_backward(q, k, v)
+        ctx.layout, ctx.scale = layout, scale
         return out
 
     @staticmethod
     def backward(ctx, grad):
         from rayrl.models.varlen_attention import flash_varlen
 
-        q, k, v, cu = ctx.saved_tensors
-        grads = _vjp(lambda a, b, c: flash_varlen(a.bfloat16(), b.bfloat16(), c.bfloat16(), cu, ctx.max_len,
-                                                  ctx.scale), (q, k, v), (grad,))
-        return (*grads, None, None, None, None)
+        with torch.enable_grad():  # PyTorch's FlashAttention-2 in the inputs' bf16: recomputed, then its backward
+            xs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
+            out = flash_varlen(*xs, ctx.layout.cu, ctx.layout.max_len, ctx.scale)
+            grads = torch.autograd.grad(out, xs, grad)
+        return (*grads, None, None)
 
 
-def paged_attention(q, k, v, cu: torch.Tensor, max_len: int, scale: float, block_size: int) -> torch.Tensor:
+def paged_attention(q, k, v, layout: PagedLayout, scale: float) -> torch.Tensor:
     """q [T, heads, D], k / v [T, kv_heads, D], causal within each sequence of the packed row."""
-    return _PagedAttention.apply(q, k, v, cu, max_len, scale, block_size)
+    return _PagedAttention.apply(q, k, v, layout, scale)

@@ -13,8 +13,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers.modeling_outputs import CausalLMOutput
 
-from rayrl.models.bitwise_ops import (add_rms_norm, linear, native_kernels, paged_attention, rms_norm, rope, rope_cache,
-                                     silu_and_mul)
+from rayrl.models.bitwise_ops import (add_rms_norm, linear, native_kernels, paged_attention, paged_layout, rms_norm, rope,
+                                     rope_cache, silu_and_mul)
 
 VOCAB_PAD = 64  # vLLM pads its embedding and lm_head rows to a multiple of this
 
@@ -102,8 +102,9 @@ class BitwiseQwen2(nn.Module):
         if self._cache is None or self._cache.device != ids.device:
             self._cache = rope_cache(self.head_dim, self.base, c.max_position_embeddings, ids.device, torch.bfloat16)
         h, residual = F.embedding(ids, _bf16(m.embed_tokens.weight)), None
+        layout = paged_layout(cu, max_len, self.block_size)  # once: the layers read it without waiting on the device
         for layer in m.layers:
-            args = (layer, h, residual, pos, cu, max_len)
+            args = (layer, h, residual, pos, layout)
             if self.checkpointing and torch.is_grad_enabled():
                 h, residual = checkpoint(self._layer, *args, use_reentrant=False, context_fn=_recompute_natively)
             else:
@@ -113,7 +114,7 @@ class BitwiseQwen2(nn.Module):
         head = F.pad(head, (0, 0, 0, self.padded_vocab - head.shape[0]))
         return linear(h, head)[:, : c.vocab_size]  # vLLM's lm_head runs the same batch-invariant GEMM
 
-    def _layer(self, layer, h, residual, pos, cu, max_len):
+    def _layer(self, layer, h, residual, pos, layout):
         eps, attn, mlp, d = self.config.rms_norm_eps, layer.self_attn, layer.mlp, self.head_dim
         w_in = _bf16(layer.input_layernorm.weight)
         if residual is None:
@@ -126,7 +127,7 @@ class BitwiseQwen2(nn.Module):
         q, k = rope(pos, q, k, self._cache, d)
         t = q.shape[0]
         o = paged_attention(q.view(t, self.heads, d), k.view(t, self.kv_heads, d), v.reshape(t, self.kv_heads, d),
-                            cu, max_len, d ** -0.5, self.block_size)
+                            layout, d ** -0.5)
         h = linear(o.reshape(t, -1), _bf16(attn.o_proj.weight))
         x, residual = add_rms_norm(h, residual, _bf16(layer.post_attention_layernorm.weight), eps)
         gate_up = linear(x, torch.cat([_bf16(mlp.gate_proj.weight), _bf16(mlp.up_proj.weight)]))

@@ -27,7 +27,7 @@ from rayrl.engines.learner.offload import move_optimizer_state
 from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, scatter, view
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
-from rayrl.models.bitwise_ops import enable_batch_invariant_kernels, native_kernels
+from rayrl.models.bitwise_ops import native_kernels
 from rayrl.models.bitwise_qwen2 import BitwiseQwen2, digests
 from rayrl.models.lora import ADAPTER_DIR, add_adapters, export_adapter, is_adapter, merged_state
 from rayrl.models.policy import load_policy
@@ -78,9 +78,7 @@ class Learner:
         self.lc, self.alg, self.setup = lc, alg, setup
         self.device, self.dp = learner_device(setup.on_gpu), data_parallel()
         self.share_prompts = shares_prompts(lc, self.device, setup.bitwise)
-        bitwise = setup.bitwise
-        if bitwise:  # before the first CUDA matmul: cuBLAS reads its workspace setting once
-            enable_batch_invariant_kernels()
+        bitwise = setup.bitwise  # its forward calls vLLM's kernels itself: PyTorch's own ops stay as they are
         load = (model_path, attention_for(self.device), None if bitwise else lc.logprob_chunk_tokens, lc.compile)
 
         def policy():
