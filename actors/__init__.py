@@ -1,13 +1,17 @@
-"""Thin Ray shells over rayrl.engines: resources, concurrency and lifecycle; no algorithms."""
+"""Thin Ray shells over rayrl.engines: resources, concurrency and lifecycle; no algorithms.
 
-from rayrl.actors.broadcast import WeightBroadcaster
-from rayrl.actors.buffer import TrajectoryBuffer
-from rayrl.actors.critic import CriticGroup, CriticWorker
-from rayrl.actors.gateway import Gateway
-from rayrl.actors.learner import LearnerGroup, LearnerWorker
-from rayrl.actors.reward import RewardActor
-from rayrl.actors.reward_model import RewardModelActor
-from rayrl.actors.rollout import RolloutWorker
+Each actor class is imported from its module on first use: a Ray worker that starts one actor imports that
+actor's module and what it needs, not every actor's dependencies (transformers, the learner's engines)."""
 
-__all__ = ["CriticGroup", "CriticWorker", "Gateway", "LearnerGroup", "LearnerWorker", "RewardActor", "RewardModelActor",
-           "RolloutWorker", "TrajectoryBuffer", "WeightBroadcaster"]
+from importlib import import_module
+
+_MODULE_OF = {"WeightBroadcaster": "broadcast", "TrajectoryBuffer": "buffer", "CriticGroup": "critic",
+              "CriticWorker": "critic", "Gateway": "gateway", "LearnerGroup": "learner", "LearnerWorker": "learner",
+              "RewardActor": "reward", "RewardModelActor": "reward_model", "RolloutWorker": "rollout"}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_MODULE_OF[name]}"), name)

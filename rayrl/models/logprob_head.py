@@ -9,6 +9,7 @@ Outside `scoring()` it is exactly nn.Linear, so generation and HF export see a p
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -50,10 +51,11 @@ def _chunk_entropy_grad(z: torch.Tensor, lse: torch.Tensor, entropy: torch.Tenso
     return -g[:, None] * torch.exp(zt - lse[:, None]) * (zt - (lse - entropy)[:, None]) * inv_t
 
 
-# learner.compile: one fused kernel each instead of five passes over a [chunk × vocab] fp32 tensor
-# (torch.compile is lazy: nothing compiles until a compiled learner first calls them)
-_chunk_scores_fused = torch.compile(_chunk_scores, dynamic=True)
-_chunk_grad_fused = torch.compile(_chunk_grad, dynamic=True)
+@functools.cache
+def _fused(fn):
+    """learner.compile: one fused kernel instead of five passes over a [chunk × vocab] fp32 tensor. Wrapped on
+    first use: importing torch's compiler takes seconds, which only a compiled learner's process should pay."""
+    return torch.compile(fn, dynamic=True)
 
 
 class _ChunkedTokenLogprobs(torch.autograd.Function):
@@ -62,7 +64,7 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, temperature: float, chunk: int, compiled: bool, with_entropy: bool):
-        scores_of = _chunk_scores_fused if compiled else _chunk_scores
+        scores_of = _fused(_chunk_scores) if compiled else _chunk_scores
         out = torch.empty(hidden.shape[0], 2 if with_entropy else 1, dtype=torch.float32, device=hidden.device)
         lse = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         for s in range(0, hidden.shape[0], chunk):
@@ -79,7 +81,7 @@ class _ChunkedTokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         hidden, weight, targets, lse, entropy = ctx.saved_tensors
-        grad_of = _chunk_grad_fused if ctx.compiled else _chunk_grad
+        grad_of = _fused(_chunk_grad) if ctx.compiled else _chunk_grad
         g_logp = grad_out[:, 0] if ctx.with_entropy else grad_out
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         kept, ctx.logits, grad_weight = ctx.logits, None, None
