@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -17,3 +19,21 @@ def test_non_editable_install_exposes_actor_classes(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}, timeout=300).stdout
     assert out.strip().startswith(str(target))
+
+
+def test_each_actor_module_imports_only_what_it_needs():
+    # rayrl.actors resolves its classes on first use: a Ray worker starting the buffer, the broadcaster or a reward
+    # actor imports that module alone, without transformers and the learner's engines (seconds per process)
+    heavy = ("transformers", "rayrl.engines.learner", "rayrl.actors.learner")
+    code = ("import sys, rayrl.actors.buffer, rayrl.actors.broadcast, rayrl.actors.reward;"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT,
+                         timeout=300).stdout
+    assert out.strip() == "[]", out
+    import rayrl.actors
+
+    for name in rayrl.actors.__all__:  # every exported name resolves to the class of that name (a Ray actor or a group)
+        cls = getattr(rayrl.actors, name)
+        assert (cls.__ray_metadata__.class_name if hasattr(cls, "__ray_metadata__") else cls.__name__) == name
+    with pytest.raises(AttributeError, match="has no attribute 'Trainer'"):
+        rayrl.actors.Trainer
