@@ -74,6 +74,7 @@ class WeightBroadcaster:
         # so that a worker that fails to pause leaves no learner blocked in the group
         sends = None if self.collective else self.learners.send_weights()  # the plan weight_plan() made
         wait_all(pausing, self.names, "pausing for a weight sync", timeout_s, RolloutFailed)
+        paused_s = time.perf_counter() - t0
         what = f"weight sync to version {version}"
         if self.collective:  # each worker resumes as soon as its own part has arrived
             wait_all(self.learners.send_weights(self.plan)
@@ -88,4 +89,4 @@ class WeightBroadcaster:
         self.version = version
         if self.buffer is not None:
             ray.get(self.buffer.set_version.remote(version))
-        return WeightVersion(version, self.plan.n_tensors, self.plan.n_bytes, seconds)
+        return WeightVersion(version, self.plan.n_tensors, self.plan.n_bytes, seconds, paused_s)

@@ -73,7 +73,8 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
     # generation's time), the learner's model FLOPs (6·N per token; attention of these short sequences left out)
     # over its training time
     n_params = count_params(AutoConfig.from_pretrained(cfg.model.path)) if cfg.on_gpu else 0
-    return {"eta": eta, "step_s": step, "wait_s": wait, "train_sync_s": trn,
+    return {"eta": eta, "step_s": step, "wait_s": wait, "train_sync_s": trn, "train_s": med(lambda r: r["train_s"]),
+            "sync_s": med(lambda r: r["sync_s"]), "sync_pause_s": med(lambda r: r["sync_pause_s"]),
             "gen_tokens_per_s": med(lambda r: r["samples"] * cfg.rollout.max_new_tokens / r["wait_s"])
             if cfg.rollout.ignore_eos and eta == 0 else None,
             "learner_tflops": med(lambda r: 6 * n_params * r["sequence_tokens"] / r["train_s"] / 1e12)
@@ -82,6 +83,9 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
             "samples_per_s": statistics.median(r["samples"] / r["step_s"] for r in kept),
             "staleness_mean": statistics.fmean(r["staleness_mean"] for r in kept),
             "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"]}
+
+
+PARTS = ("gen_tokens_per_s", "learner_tflops", "train_s", "sync_s", "sync_pause_s")  # absent from older results
 
 
 def summarize(runs: list[dict], etas: list[int]) -> list[dict]:
@@ -106,8 +110,7 @@ def summarize(runs: list[dict], etas: list[int]) -> list[dict]:
                      "train_busy": spread([r["train_busy"] for r in mine]),
                      "gpu_busy": [statistics.median(g[i] for g in gpu) for i in range(len(gpu[0]))] if gpu else None,
                      "samples_per_s": spread([r["samples_per_s"] for r in mine]),
-                     **{k: spread([r[k] for r in mine]) for k in ("gen_tokens_per_s", "learner_tflops")
-                        if all(r.get(k) for r in mine)},
+                     **{k: spread([r[k] for r in mine]) for k in PARTS if all(r.get(k) is not None for r in mine)},
                      "eval_after": spread([r["eval_after"] for r in mine])})
     return rows
 
@@ -122,6 +125,8 @@ def table_row(row: dict) -> dict:
     out["gpu_busy"] = ",".join(f"{b:.2f}" for b in row["gpu_busy"]) if row["gpu_busy"] else "-"
     for key, short in (("gen_tokens_per_s", "gen_tok/s"), ("learner_tflops", "learn_TF/s")):
         out[short] = f"{row[key]['median']:.0f}" if key in row else "-"
+    parts = [row[k]["median"] for k in ("train_s", "sync_s", "sync_pause_s") if k in row]
+    out["train/sync/pause"] = "/".join(f"{p:.2f}" for p in parts) if len(parts) == 3 else "-"
     return out
 
 
@@ -219,7 +224,7 @@ def report(etas: list[int], runs: list[dict], settings: dict, commit: str | None
                "by config)", 2: "two GPUs, one per side"}[settings["gpus"]]
     print_table([table_row(r) for r in rows], ["eta", "step_s", "wait_s", "train_sync_s", "speedup", "ideal", "of_ideal",
                                                "bound", "of_bound", "train_busy", "gpu_busy", "samples/s", "gen_tok/s",
-                                               "learn_TF/s"])
+                                               "learn_TF/s", "train/sync/pause"])
     path = write_result("async_vs_sync", {"setting": setting, **settings, "rows": rows, "runs": runs}, commit)
     png = plot(rows, runs, f"{setting}; {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each",
                path.with_suffix(".png"))

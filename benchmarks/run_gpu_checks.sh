@@ -26,6 +26,7 @@
 #                                 profile-bitwise: learner_profile of one step, normal then bitwise (host syncs, kernels)
 #                                 async: async_vs_sync --gpus 1, η = 0,1,2,4 once (vLLM and FSDP2 sharing the GPU);
 #                                 async-reverse: the same with η = 4,2,1,0 (merge the two: async_vs_sync --merge);
+#                                 async-mps, async-mps-reverse: the same under a CUDA MPS daemon started for the mode
 #                                 ETAS=0,4 runs fewer η values (each run costs ~2 min of startup and steps)
 #                                 vs-trl: vs_trl --gpus 1, one repeat: TRL's GRPOTrainer (vLLM colocate) and rayrl at
 #                                 ETAS (default 0,4) sharing the GPU; vs-trl-reverse: the same, order reversed
@@ -63,6 +64,21 @@ write_synthetic_gsm8k('$work/gsm8k.jsonl', 512)
 " > "$out/fixtures.log" 2>&1 || { echo "fixtures failed"; tail -20 "$out/fixtures.log"; }
 }
 
+# CUDA MPS for the async-mps modes: one control daemon for this mode's processes (their kernels then share the GPU
+# at once instead of taking turns by time slice); its pipe and log directories under /tmp, quit when the mode ends
+mps_start() {
+  command -v nvidia-cuda-mps-control > /dev/null || { echo "== mps: no nvidia-cuda-mps-control on this machine"; return 1; }
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { echo "== mps: the control daemon did not start"; return 1; }
+}
+mps_stop() {
+  echo "== mps servers: $(echo get_server_list | nvidia-cuda-mps-control | tr '\n' ' ')"
+  echo quit | nvidia-cuda-mps-control
+  cp "$CUDA_MPS_LOG_DIRECTORY/control.log" "$out/mps_control.log" 2>/dev/null
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+
 run_mode() {
   case "$1" in
   varlen) CUDA_VISIBLE_DEVICES=0 step test_varlen_attention 150 python3 -m pytest -q -m gpu tests/gpu/test_varlen_attention.py ;;
@@ -94,10 +110,12 @@ run_mode() {
   bitwise-steps) CUDA_VISIBLE_DEVICES=0 step test_bitwise_steps 400 python3 -m pytest -q -s -m gpu \
     tests/gpu/test_bitwise_gpu.py -k every_training_step -rxX ;;
   bitwise) CUDA_VISIBLE_DEVICES=0 step bitwise 580 python3 -m benchmarks.bitwise --commit "$commit" ;;
-  async|async-reverse)
-    order=(); [ "$1" = async-reverse ] && order=(--reverse-first)
-    CUDA_VISIBLE_DEVICES=0 step async_vs_sync 580 python3 -m benchmarks.async_vs_sync --commit "$commit" --gpus 1 \
-      --repeats 1 --steps 8 --warmup 2 --etas "${ETAS:-0,1,2,4}" "${order[@]}" metrics.run_dir=/tmp/async-runs
+  async|async-reverse|async-mps|async-mps-reverse)
+    order=(); [ "${1%-reverse}" != "$1" ] && order=(--reverse-first)
+    [ "${1#async-mps}" != "$1" ] && { mps_start || return; }
+    CUDA_VISIBLE_DEVICES=0 step "async_vs_sync${1#async}" 580 python3 -m benchmarks.async_vs_sync --commit "$commit" \
+      --gpus 1 --repeats 1 --steps 8 --warmup 2 --etas "${ETAS:-0,1,2,4}" "${order[@]}" metrics.run_dir=/tmp/async-runs
+    [ "${1#async-mps}" != "$1" ] && mps_stop
     ;;
   vs-trl|vs-trl-reverse)
     order=(); [ "$1" = vs-trl-reverse ] && order=(--reverse-first)

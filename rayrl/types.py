@@ -110,9 +110,11 @@ class TrainResult(msgspec.Struct):
 
 
 class WeightVersion(msgspec.Struct, frozen=True):
-    """One finished weight sync: which version, how much, how long."""
+    """One finished weight sync: which version, how much, how long, and how much of that went to pausing the
+    rollout workers (their in-flight requests held) before any weight moved."""
 
     version: int
     n_tensors: int
     n_bytes: int
     seconds: float
+    pause_s: float = 0.0

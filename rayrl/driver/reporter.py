@@ -9,7 +9,9 @@ from rayrl.metrics import Progress, RayMetrics, RunLog
 from rayrl.types import WeightVersion
 
 GAUGES = {"learner_step_seconds": "the last step's training time", "learner_tokens_per_second": "trained tokens/s",
-          "sync_seconds": "the last weight sync", "sync_gb_per_second": "the last weight sync's GB/s",
+          "sync_seconds": "the last weight sync",
+          "sync_pause_seconds": "the part of the last weight sync spent pausing the rollout workers",
+          "sync_gb_per_second": "the last weight sync's GB/s",
           "staleness_mean": "mean policy-version lag of the last batch",
           "rollout_restarts": "rollout worker restarts in this run",
           "sampled_reward_mean": "mean reward of the samples scored for the last step",
@@ -48,6 +50,7 @@ class StepReporter:
         g.set("learner_step_seconds", rec["train_s"])
         g.set("learner_tokens_per_second", rec["tokens"] / max(rec["train_s"], 1e-9))
         g.set("sync_seconds", synced.seconds)
+        g.set("sync_pause_seconds", synced.pause_s)
         g.set("sync_gb_per_second", synced.n_bytes / 1e9 / max(synced.seconds, 1e-9))
         g.set("staleness_mean", rec["staleness_mean"])
         g.set("rollout_restarts", restarts)

@@ -87,7 +87,8 @@ class RunLoop:
             samples, loop_samples = samples + stats["samples"], loop_samples + stats["samples"]
             rec = {"step": step, **stats, "reward_failures": self.watch.check(), **self.model_step(),
                    "sampled_reward_mean": self.feeder.sampled_reward(stats["reward_mean"], stats["samples"]),
-                   "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds, "step_s": t3 - t0,
+                   "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds,
+                   "sync_pause_s": synced.pause_s, "step_s": t3 - t0,
                    "samples_per_s": loop_samples / (t3 - t_loop), **self.fleet_counts()}
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.learner.total_steps:
                 t_eval = time.perf_counter()
