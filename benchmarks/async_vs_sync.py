@@ -57,6 +57,10 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128) -> list[str
     return common + ["placement.mode=split", "sync.transport=nccl", "vllm.gpu_memory_utilization=0.85"]
 
 
+SYNC_PARTS = ("sync_hold_s", "sync_pause_engine_s", "sync_pause_settle_s", "sync_pause_queued_tokens", "sync_write_s")
+PARTS = ("gen_tokens_per_s", "learner_tflops", "train_s", "sync_s", "sync_pause_s", *SYNC_PARTS)  # not in older results
+
+
 def run_once(config: str | None, overrides: list[str], eta: int, steps: int, warmup: int, name: str,
              sampler: GpuBusySampler) -> dict:
     cfg = load_config(config, [*overrides, f"learner.total_steps={steps}", f"rollout.max_staleness={eta}",
@@ -82,10 +86,9 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
             "train_busy": med(lambda r: (r["train_s"] + r["sync_s"]) / r["step_s"]), "gpu_busy": busy,
             "samples_per_s": statistics.median(r["samples"] / r["step_s"] for r in kept),
             "staleness_mean": statistics.fmean(r["staleness_mean"] for r in kept),
+            # the first rollout worker's side of each sync: its hold, vLLM's pause, the wait for its outputs
+            **{k: med(lambda r: r[k]) for k in SYNC_PARTS if all(k in r for r in kept)},
             "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"]}
-
-
-PARTS = ("gen_tokens_per_s", "learner_tflops", "train_s", "sync_s", "sync_pause_s")  # absent from older results
 
 
 def summarize(runs: list[dict], etas: list[int]) -> list[dict]:

@@ -81,8 +81,7 @@ class RunLoop:
             t2 = time.perf_counter()
             synced = self.fleet.sync()  # rollout workers and buffer move to v+1
             t3 = time.perf_counter()
-            if cfg.placement.mode == "colocate":
-                stats.update(self.fleet.sync_report())
+            stats.update(self.fleet.sync_report(cfg.placement.mode == "colocate"))
             self.feeder.feed_for(step)
             samples, loop_samples = samples + stats["samples"], loop_samples + stats["samples"]
             rec = {"step": step, **stats, "reward_failures": self.watch.check(), **self.model_step(),

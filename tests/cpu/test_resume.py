@@ -26,7 +26,8 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parents[2]
 # wall-clock values, and the learner's thread count (the exact test pins it: with shared prompts the demo model's
 # gradients differ in their last bits between 1 and 2 threads, measured 1.2e-10)
-TIMINGS = {"time", "wait_s", "train_s", "sync_s", "sync_pause_s", "step_s", "samples_per_s", "elapsed_s", "learner_threads"}
+TIMINGS = {"time", "wait_s", "train_s", "sync_s", "sync_pause_s", "step_s", "samples_per_s", "elapsed_s",
+           "learner_threads", "sync_hold_s", "sync_pause_engine_s", "sync_pause_settle_s", "sync_pause_queued_tokens"}
 
 
 def _driver(model_cache: Path, runs: Path, name: str, *extra: str) -> list[str]:

@@ -13,18 +13,20 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from pathlib import Path
 
 from rayrl.config import VLLMConfig
 from rayrl.engines.rollout.base import EngineSetup
 from rayrl.engines.rollout.vllm_lora import VLLMAdapterSync
-from rayrl.engines.rollout.vllm_versions import VersionMarks, completion_versions
+from rayrl.engines.rollout.vllm_versions import VersionMarks, completion_versions, queued_tokens
 from rayrl.engines.rollout.vllm_weight_sync import VLLMWeightSync
 from rayrl.types import GenerationRequest, Sample
 
 log = logging.getLogger("rayrl")
 SETTLE_TICK_S = 0.01  # after a pause, outputs already produced finish arriving within a few ticks
+NO_PAUSE = {"pause_engine_s": 0.0, "pause_settle_s": 0.0, "pause_queued_tokens": 0}  # an update with nothing running
 
 
 class EngineStartError(RuntimeError):
@@ -83,6 +85,16 @@ def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, dtype: str, 
         **({"compilation_config": BITWISE_GRAPHS} if setup.bitwise and not v.enforce_eager else {}))
 
 
+def sampled_logprobs(logprobs, tokens: list[int]) -> list[float]:
+    """The sampled tokens' log-probs from vLLM's flat_logprobs lists (with logprobs=0 a position holds the sampled
+    token's alone), or from its list of per-token dicts."""
+    if logprobs is None:
+        return []
+    if hasattr(logprobs, "start_indices"):  # FlatLogprobs
+        return [logprobs.logprobs[i] for i in logprobs.start_indices[:len(tokens)]]
+    return [lp[t].logprob for lp, t in zip(logprobs, tokens)]
+
+
 class VLLMRolloutEngine:
     def __init__(self, model_path: str, vllm: VLLMConfig, setup: EngineSetup, tokenizer) -> None:
         hf_config = check_engine_inputs(model_path, vllm)
@@ -96,6 +108,7 @@ class VLLMRolloutEngine:
         self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0}
         self._marks = VersionMarks()
         self._paused = False  # the current weight update paused vLLM (requests were running)
+        self.last_pause = dict(NO_PAUSE)  # the last update's pause: vLLM's part, the wait for its outputs, queued
         self._gate: asyncio.Event | None = None  # closed during a weight update: new requests wait at it
         self._reset: asyncio.Future | None = None  # an idle update's prefix-cache reset, running until the release
         self._weights = VLLMAdapterSync(setup.transport, setup.lora) if setup.lora is not None \
@@ -124,6 +137,9 @@ class VLLMRolloutEngine:
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         if self.setup.bitwise:  # vLLM's switch is its environment; its engine process inherits it
             os.environ["VLLM_BATCH_INVARIANT"] = "1"
+        # the output handler applies each engine step's outputs whole (it would yield every 128 requests), so a
+        # weight update finds every output either applied or still queued: exact token counts without a drain
+        os.environ["VLLM_V1_OUTPUT_PROC_CHUNK_SIZE"] = str(2**30)
         self._gate = asyncio.Event()  # made on the engine's loop, where every request passes it
         self._gate.set()
         args = engine_args(self.vllm, self.setup, model_path, self.dtype, self._weights.engine_args())
@@ -153,8 +169,10 @@ class VLLMRolloutEngine:
 
         # FINAL_ONLY, as LLM.generate does: streaming every token to Python costs ~25% throughput.
         # Per-token versions come from the token counts recorded at each weight update (VersionMarks).
+        # flat_logprobs: a few flat lists per request instead of a dict and an object per token (the client's
+        # per-step work, and the garbage collector's, grow with both)
         params = SamplingParams(n=r.n, max_tokens=r.max_new_tokens, temperature=r.temperature, logprobs=0, seed=r.seed,
-                                ignore_eos=r.ignore_eos, detokenize=False,
+                                ignore_eos=r.ignore_eos, detokenize=False, flat_logprobs=True,
                                 output_kind=RequestOutputKind.FINAL_ONLY,
                                 stop_token_ids=[] if r.ignore_eos else [self.tokenizer.eos_token_id])
         rid = f"{r.request_id}-{uuid.uuid4().hex[:8]}"
@@ -178,7 +196,7 @@ class VLLMRolloutEngine:
             tokens = list(c.token_ids) if c is not None else []
             samples.append(Sample(
                 request_id=r.request_id, prompt_ids=list(r.prompt_ids), completion_ids=tokens,
-                logprobs=[lp[t].logprob for lp, t in zip(c.logprobs or [], tokens)] if c is not None else [],
+                logprobs=sampled_logprobs(c.logprobs, tokens) if c is not None else [],
                 versions=completion_versions(len(tokens), marks, i, self.version),
                 finish_reason=(c.finish_reason if c is not None and c.finish_reason else "abort"),
                 text=self.tokenizer.decode(tokens, skip_special_tokens=True)))
@@ -196,12 +214,20 @@ class VLLMRolloutEngine:
         await self._on_loop(self._pause())
 
     async def _pause(self) -> None:
-        await self.llm.pause_generation(mode="keep", clear_cache=self.vllm.recompute_kv_on_sync)
-        seen, m = None, self._marks
-        while m.running() and seen != (now := (m.finished, m.tokens_in_flight(self.llm))):  # pre-pause outputs
-            seen = now  # arrive (nothing to wait for when no request is running)
+        """Freeze vLLM's requests, then mark the tokens each holds as the current version's: those its output
+        handler has applied plus those still queued for it (a client without that queue: wait until outputs stop
+        arriving)."""
+        t0 = time.perf_counter()
+        core = self.llm.engine_core  # its pause without pause_generation's fixed 20 ms sleep
+        await core.pause_scheduler_async(mode="keep", clear_cache=self.vllm.recompute_kv_on_sync)
+        t1 = time.perf_counter()
+        seen, m, queued = None, self._marks, queued_tokens(self.llm)
+        while queued is None and m.running() and seen != (now := (m.finished, m.tokens_in_flight(self.llm))):
+            seen = now
             await asyncio.sleep(SETTLE_TICK_S)
-        m.mark(self.llm, self.version)
+        m.mark(self.llm, self.version, queued)
+        self.last_pause = {"pause_engine_s": t1 - t0, "pause_settle_s": time.perf_counter() - t1,
+                           "pause_queued_tokens": sum((queued or {}).values())}
 
     def stats(self) -> dict:
         """Counters plus tokens generated so far, in-flight requests included."""
@@ -221,7 +247,7 @@ class VLLMRolloutEngine:
         new cache block can be written until the release, so the prefix cache of the old weights is reset
         while the weights travel (a round trip to vLLM's engine process, awaited before the gate opens)."""
         self._gate.clear()
-        self._paused = self._marks.running()
+        self._paused, self.last_pause = self._marks.running(), dict(NO_PAUSE)
         if self._paused:
             await self._pause()
         elif self.vllm.recompute_kv_on_sync:

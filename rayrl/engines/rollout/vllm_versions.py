@@ -31,26 +31,43 @@ class VersionMarks:
     def running(self) -> bool:
         return bool(self.marks)
 
-    def in_flight(self, llm, unmatched: list | None = None):
-        """(our request id, completion index, tokens generated so far) per running completion."""
+    def in_flight(self, llm, unmatched: list | None = None, queued: dict[str, int] | None = None):
+        """(our request id, completion index, tokens generated so far) per running completion; queued: tokens
+        per vLLM request id that its engine sent but its output handler has not applied yet (queued_tokens)."""
+        queued = queued or {}
         for state in list(llm.output_processor.request_states.values()):
             rid = getattr(state, "external_req_id", None) or state.request_id
             if rid not in self.marks:  # vLLM < 0.27 names a child of an n > 1 request "<index>_<id>"
                 rid = rid.split("_", 1)[-1]
             if rid in self.marks:
-                yield rid, state.request_index, state.detokenizer.num_output_tokens()
+                yield rid, state.request_index, state.detokenizer.num_output_tokens() + queued.get(state.request_id, 0)
             elif unmatched is not None:
                 unmatched.append(state.request_id)
 
     def tokens_in_flight(self, llm) -> int:
         return sum(n for _, _, n in self.in_flight(llm))
 
-    def mark(self, llm, version: int) -> None:
-        """Tokens generated so far by each running request were made by `version`."""
+    def mark(self, llm, version: int, queued: dict[str, int] | None = None) -> None:
+        """Tokens generated so far by each running request (queued ones included) were made by `version`."""
         unmatched: list[str] = []
-        for rid, index, n in self.in_flight(llm, unmatched):
+        for rid, index, n in self.in_flight(llm, unmatched, queued):
             self.marks[rid].append((index, n, version))
         self.untracked += len(unmatched)  # such tokens would be tagged with the new version
+
+
+def queued_tokens(llm) -> dict[str, int] | None:
+    """Tokens per vLLM request id that the engine process has sent and the client's output handler has not applied
+    yet (None where the client keeps no such queue). Once a pause has returned, the engine sends nothing more, so
+    these and the applied ones are all the tokens made before it; nothing needs to drain before a weight update."""
+    queue = getattr(getattr(llm, "engine_core", None), "outputs_queue", None)
+    items = getattr(queue, "_queue", None)  # asyncio.Queue's deque: it has no public way to look inside
+    if items is None:
+        return None
+    counts: dict[str, int] = {}
+    for item in list(items):
+        for out in getattr(item, "outputs", None) or ():  # an error put in the queue has no outputs
+            counts[out.request_id] = counts.get(out.request_id, 0) + len(out.new_token_ids)
+    return counts
 
 
 def completion_versions(n_tokens: int, marks: list[tuple[int, int, int]], index: int, current: int) -> list[int]:
