@@ -73,7 +73,7 @@ class WeightBroadcaster:
         # ipc: the learner readies its weights while the engines pause; a collective send waits for the pause,
         # so that a worker that fails to pause leaves no learner blocked in the group
         sends = None if self.collective else self.learners.send_weights()  # the plan weight_plan() made
-        wait_all(pausing, self.names, "pausing for a weight sync", timeout_s, RolloutFailed)
+        hold = wait_all(pausing, self.names, "pausing for a weight sync", timeout_s, RolloutFailed)[0]
         paused_s = time.perf_counter() - t0
         what = f"weight sync to version {version}"
         if self.collective:  # each worker resumes as soon as its own part has arrived
@@ -89,4 +89,4 @@ class WeightBroadcaster:
         self.version = version
         if self.buffer is not None:
             ray.get(self.buffer.set_version.remote(version))
-        return WeightVersion(version, self.plan.n_tensors, self.plan.n_bytes, seconds, paused_s)
+        return WeightVersion(version, self.plan.n_tensors, self.plan.n_bytes, seconds, paused_s, hold or {})

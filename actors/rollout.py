@@ -212,11 +212,11 @@ class RolloutWorker:
         self.joined = True
 
     @ray.method(concurrency_group="ctrl")
-    async def begin_weight_update(self) -> None:
-        """Hold generation for a weight update; the report keeps how long that took here and its parts."""
+    async def begin_weight_update(self) -> dict[str, float]:
+        """Hold generation for a weight update; returns how long that took here and (vLLM) its parts."""
         t0 = time.perf_counter()
         await self.engine.begin_weight_update()
-        self.phase_report.update(hold_s=time.perf_counter() - t0, **getattr(self.engine, "last_pause", {}))
+        return {"hold_s": time.perf_counter() - t0, **getattr(self.engine, "last_pause", {})}
 
     @ray.method(concurrency_group="ctrl")
     async def receive_weights(self, meta, version: int) -> None:
@@ -234,8 +234,8 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="ctrl")
     def sync_report(self) -> dict:
-        """The last sync's hold (vLLM: its pause's parts), receive and resume times; colocated: device memory at
-        the last sleep and sync; ipc: how it was written (and the engine RPC's round trip)."""
+        """Colocated: device memory at the last sleep and sync; the last sync's receive and resume times; ipc:
+        how it was written (and the engine RPC's round trip)."""
         receive = getattr(self.engine, "last_receive", None)
         return {**self.phase_report, **(receive() if receive else {})}
 

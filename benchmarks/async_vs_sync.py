@@ -51,9 +51,10 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128) -> list[str
               "rollout.temperature=1.0", "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.compile=true",
               "learner.max_tokens_per_micro_batch=16384", "learner.lr=1e-6", "algorithm.beta=0",
               "algorithm.dynamic_sampling=false", "data.eval_size=16", "sync.dtype=bfloat16"]
-    if gpus == 1:
+    if gpus == 1:  # at most 512 sequences decode at once: vLLM's CUDA graphs go up to 512 (above, a decode step runs
+        # without them, and a sync's pause waits for such steps); at η = 0 the 256 of a step are all there is
         return common + ["placement.mode=share", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.3",
-                         "learner.gpu_memory_fraction=0.6"]
+                         "learner.gpu_memory_fraction=0.6", "vllm.max_num_seqs=512"]
     return common + ["placement.mode=split", "sync.transport=nccl", "vllm.gpu_memory_utilization=0.85"]
 
 

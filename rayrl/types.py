@@ -110,11 +110,13 @@ class TrainResult(msgspec.Struct):
 
 
 class WeightVersion(msgspec.Struct, frozen=True):
-    """One finished weight sync: which version, how much, how long, and how much of that went to pausing the
-    rollout workers (their in-flight requests held) before any weight moved."""
+    """One finished weight sync: which version, how much, how long, how much of that went to pausing the
+    rollout workers (their in-flight requests held) before any weight moved, and the first worker's own account
+    of that hold (vLLM: its engine's pause, the wait for its outputs, the tokens still queued)."""
 
     version: int
     n_tensors: int
     n_bytes: int
     seconds: float
     pause_s: float = 0.0
+    hold: dict[str, float] = msgspec.field(default_factory=dict)

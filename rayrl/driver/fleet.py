@@ -16,8 +16,6 @@ from rayrl.faults import LearnerFailed, RolloutFailed, RunStopped, wait_all
 from rayrl.rewards.combine import measured_reward
 from rayrl.types import Task, WeightVersion
 
-HOLD_PARTS = ("hold_s", "pause_engine_s", "pause_settle_s", "pause_queued_tokens")  # a worker's sync report
-
 log = logging.getLogger("rayrl")
 
 
@@ -185,14 +183,10 @@ class RolloutFleet:
         return wait_all([w.sleep.remote() for w in self.workers], self.names, "putting the rollout engines to sleep",
                         drain_s, RolloutFailed)[0]
 
-    def sync_report(self, colocated: bool) -> dict:
-        """The first worker's view of the last sync: how long holding its generation took (vLLM: pausing the
-        engine, waiting for its outputs, the tokens still queued); colocated: the device's memory once the
-        weights were written, and how the engine took them."""
+    def sync_report(self) -> dict:
+        """Colocated: the device's memory once the weights were written, and how the engine took them."""
         report = ray.get(self.workers[0].sync_report.remote())
-        out = {f"sync_{k}": report[k] for k in HOLD_PARTS if k in report}
-        if colocated:
-            out["mem_sync_gb"] = report.get("mem_sync_gb", 0.0)
+        out = {"mem_sync_gb": report.get("mem_sync_gb", 0.0)}
         if "path" in report:
             out.update(sync_path=report["path"], sync_write_s=report["seconds"])
             if report.get("why"):  # why vLLM's load_weights took the weights instead of the direct write

@@ -81,13 +81,14 @@ class RunLoop:
             t2 = time.perf_counter()
             synced = self.fleet.sync()  # rollout workers and buffer move to v+1
             t3 = time.perf_counter()
-            stats.update(self.fleet.sync_report(cfg.placement.mode == "colocate"))
+            if cfg.placement.mode == "colocate":
+                stats.update(self.fleet.sync_report())
             self.feeder.feed_for(step)
             samples, loop_samples = samples + stats["samples"], loop_samples + stats["samples"]
             rec = {"step": step, **stats, "reward_failures": self.watch.check(), **self.model_step(),
                    "sampled_reward_mean": self.feeder.sampled_reward(stats["reward_mean"], stats["samples"]),
-                   "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds,
-                   "sync_pause_s": synced.pause_s, "step_s": t3 - t0,
+                   "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds, "sync_pause_s": synced.pause_s,
+                   **{f"sync_{k}": v for k, v in synced.hold.items()}, "step_s": t3 - t0,
                    "samples_per_s": loop_samples / (t3 - t_loop), **self.fleet_counts()}
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.learner.total_steps:
                 t_eval = time.perf_counter()
