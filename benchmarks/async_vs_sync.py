@@ -22,6 +22,7 @@ One table, JSON and PNG.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -56,6 +57,12 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128) -> list[str
         return common + ["placement.mode=share", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.3",
                          "learner.gpu_memory_fraction=0.6", "vllm.max_num_seqs=512"]
     return common + ["placement.mode=split", "sync.transport=nccl", "vllm.gpu_memory_utilization=0.85"]
+
+
+def cuda_mps() -> bool:
+    """Whether a CUDA MPS control daemon serves this machine (its control pipe exists): with one, vLLM's and the
+    learner's kernels run on the GPU at once; without, their processes take turns by time slice."""
+    return (Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")) / "control").exists()
 
 
 SYNC_PARTS = ("sync_hold_s", "sync_pause_engine_s", "sync_pause_settle_s", "sync_pause_queued_tokens", "sync_write_s")
@@ -175,6 +182,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="first steps left out of every figure")
     parser.add_argument("--reverse-first", action="store_true", help="the first repeat runs the η values backwards")
     parser.add_argument("--merge", nargs="+", help="result JSONs of earlier invocations: their runs as repeats")
+    parser.add_argument("--cuda-mps", choices=["yes", "no"], help="with --merge: whether files that do not record "
+                        "it ran under a CUDA MPS daemon")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     if args.merge:
@@ -190,7 +199,7 @@ def main() -> None:
     else:
         config = config or CPU_CONFIG
     runs, settings = [], {"gpus": args.gpus, "config": config, "overrides": overrides, "steps": args.steps,
-                          "warmup": args.warmup, "repeats": args.repeats}
+                          "warmup": args.warmup, "repeats": args.repeats, "cuda_mps": bool(args.gpus) and cuda_mps()}
     partial = None  # the runs so far, rewritten after each: a time limit cuts the benchmark, not its data
     with GpuBusySampler() as sampler:
         for rep in range(args.repeats):
@@ -207,7 +216,9 @@ def main() -> None:
 def merge(args) -> None:
     """The runs of several result files, as repeats of one benchmark (same settings, η values and steps)."""
     parts = [json.loads(Path(f).read_text()) for f in args.merge]
-    keys = ("gpus", "config", "overrides", "steps", "warmup")
+    for p in parts:  # files written before the benchmark recorded it: as --cuda-mps says (their logs show it)
+        p.setdefault("cuda_mps", {"yes": True, "no": False}.get(args.cuda_mps))
+    keys = ("gpus", "config", "overrides", "steps", "warmup", "cuda_mps")
     where = ("model.path=", "metrics.run_dir=")  # GPU runs build their model in a fresh temporary directory
     same = lambda p: [p[k] if k != "overrides" else [o for o in p[k] if not o.startswith(where)]  # noqa: E731
                       for k in keys]
@@ -225,7 +236,7 @@ def merge(args) -> None:
 def report(etas: list[int], runs: list[dict], settings: dict, commit: str | None) -> None:
     rows = summarize(runs, etas)
     setting = {0: "CPU, both sides on its cores", 1: "one GPU shared by vLLM and the learner at once (memory split "
-               "by config)", 2: "two GPUs, one per side"}[settings["gpus"]]
+               "by config)", 2: "two GPUs, one per side"}[settings["gpus"]] + ("; CUDA MPS" if settings["cuda_mps"] else "")
     print_table([table_row(r) for r in rows], ["eta", "step_s", "wait_s", "train_sync_s", "speedup", "ideal", "of_ideal",
                                                "bound", "of_bound", "train_busy", "gpu_busy", "samples/s", "gen_tok/s",
                                                "learn_TF/s", "train/sync/pause"])
