@@ -123,3 +123,19 @@ def test_vllm_engine_args_pass_vllm_own_validation(setup, fp32_head):
     model_config = engine_args(cfg.vllm, components.engine_setup(cfg), path, "bfloat16", {}).create_model_config()
     assert model_config.dtype == torch.bfloat16
     assert model_config.head_dtype == (torch.float32 if fp32_head else torch.bfloat16)
+
+
+def test_sampled_logprobs_read_from_flat_lists_and_from_dicts():
+    """vLLM's flat log-prob lists (what the rollout engine asks for) and its per-token dicts give the same
+    sampled log-probs; a completion cut short reads only its own tokens."""
+    from vllm.logprobs import FlatLogprobs, Logprob
+
+    from rayrl.engines.rollout.vllm_async import sampled_logprobs
+
+    tokens, values = [7, 3, 9], [-0.5, -1.25, -2.0]
+    per_token = [{t: Logprob(v, rank=1)} for t, v in zip(tokens, values)]
+    flat = FlatLogprobs()
+    flat.extend(per_token)
+    assert sampled_logprobs(flat, tokens) == values == sampled_logprobs(per_token, tokens)
+    assert sampled_logprobs(flat, tokens[:2]) == values[:2]
+    assert sampled_logprobs(None, tokens) == []
