@@ -236,7 +236,8 @@ def merge(args) -> None:
 def report(etas: list[int], runs: list[dict], settings: dict, commit: str | None) -> None:
     rows = summarize(runs, etas)
     setting = {0: "CPU, both sides on its cores", 1: "one GPU shared by vLLM and the learner at once (memory split "
-               "by config)", 2: "two GPUs, one per side"}[settings["gpus"]] + ("; CUDA MPS" if settings["cuda_mps"] else "")
+               "by config)", 2: "two GPUs, one per side"}[settings["gpus"]]
+    setting += "; CUDA MPS" if settings["cuda_mps"] else ""
     print_table([table_row(r) for r in rows], ["eta", "step_s", "wait_s", "train_sync_s", "speedup", "ideal", "of_ideal",
                                                "bound", "of_bound", "train_busy", "gpu_busy", "samples/s", "gen_tok/s",
                                                "learn_TF/s", "train/sync/pause"])
