@@ -69,6 +69,28 @@ def test_interruptible_generation_across_a_weight_update(system):
     assert _worst(ray.get(learner.completion_logprobs.remote(groups)), [s.logprobs for g in groups for s in g.samples]) > 1e-4
 
 
+def test_token_counts_are_final_when_a_pause_returns(system):
+    """A weight update reads each running completion's token count as soon as vLLM's pause returns, without
+    waiting for outputs to stop arriving: that holds only if no token made before the pause reaches the client
+    after it. Paused three times mid-generation, the count does not move while paused, and the request then
+    completes in full."""
+    rollout = system.rollouts[0]
+    prompt = list(ray.get(rollout.generate_groups.remote(load_tasks(system.cfg.data)[0][:1], 1, 0.0))[0].samples[0].prompt_ids)
+    start = ray.get(rollout.stats.remote())["tokens_generated"]
+    ref = rollout.generate.remote([GenerationRequest("paused", prompt, 4, 230, 1.0, ignore_eos=True)])
+    for target in (40, 200, 400):  # 4 samples decode together: up to 920 tokens in all
+        while ray.get(rollout.stats.remote())["tokens_generated"] < start + target:
+            time.sleep(0.002)
+        ray.get(rollout.pause.remote())
+        at_pause = ray.get(rollout.stats.remote())["tokens_generated"]
+        time.sleep(0.5)
+        assert ray.get(rollout.stats.remote())["tokens_generated"] == at_pause > start
+        ray.get(rollout.resume.remote())
+    samples = ray.get(ref, timeout=300)
+    assert [len(s.completion_ids) for s in samples] == [230] * 4
+    assert all(len(s.logprobs) == len(s.versions) == 230 for s in samples)
+
+
 def test_request_past_its_timeout_is_aborted_with_partial_tokens(system):
     """A request past its deadline comes back aborted with the tokens it had, counted; another in the same
     call runs to the end. The engine is paused from its first tokens until after the deadline, so the

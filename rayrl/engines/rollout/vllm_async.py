@@ -277,26 +277,34 @@ class VLLMRolloutEngine:
             await self._on_loop(self.llm.sleep(level))
             self.asleep = True
 
+    # each part of a weight update is one coroutine on the engine's loop: a hop between threads costs a wait for the
+    # GIL, long while the loop is busy applying outputs
     async def begin_weight_update(self) -> None:
+        await self._on_loop(self._begin())
+
+    async def _begin(self) -> None:
         if self.asleep:  # only the weights come back before the sync; the KV cache after it
-            await self._on_loop(self.llm.wake_up(tags=["weights"]))
+            await self.llm.wake_up(tags=["weights"])
         else:
-            await self._on_loop(self._hold())
-        await self._on_loop(self._weights.start(self.llm))
+            await self._hold()
+        await self._weights.start(self.llm)
 
     async def receive_weights(self, meta) -> None:
         await self._on_loop(self._weights.receive(self.llm, meta))
 
     async def end_weight_update(self, version: int) -> None:
-        await self._on_loop(self._weights.finish(self.llm, version))
+        await self._on_loop(self._end(version))
+
+    async def _end(self, version: int) -> None:
+        await self._weights.finish(self.llm, version)
         self.version = version
         if self.asleep:
-            await self._on_loop(self.llm.wake_up(tags=["kv_cache"]))
+            await self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
         else:
-            await self._on_loop(self._release())
+            await self._release()
         if self.setup.bitwise:  # the rows the sync wrote, read again now that vLLM can generate
-            await self._on_loop(self._weights.recheck(self.llm))
+            await self._weights.recheck(self.llm)
 
     def last_receive(self) -> dict:
         """ipc: how the last sync wrote the weights (direct or load_weights) and how long it took there."""
