@@ -27,7 +27,9 @@
 #                                 async: async_vs_sync --gpus 1, η = 0,1,2,4 once (vLLM and FSDP2 sharing the GPU);
 #                                 async-reverse: the same with η = 4,2,1,0 (merge the two: async_vs_sync --merge);
 #                                 async-mps, async-mps-reverse: the same under a CUDA MPS daemon started for the mode
-#                                 ETAS=0,4 runs fewer η values (each run costs ~2 min of startup and steps)
+#                                 ETAS=0,4 runs fewer η values (each run costs ~2 min of startup and steps);
+#                                 ASYNC_OVERRIDES="key=value ..." adds config overrides to both η runs
+#                                 mfu-variants-0.5b: learner_mfu over RUNS on async_vs_sync's 0.5B batch
 #                                 vs-trl: vs_trl --gpus 1, one repeat: TRL's GRPOTrainer (vLLM colocate) and rayrl at
 #                                 ETAS (default 0,4) sharing the GPU; vs-trl-reverse: the same, order reversed
 #                                 (needs benchmarks/requirements-gpu-bench.txt staged beside the project's packages)
@@ -86,6 +88,9 @@ run_mode() {
   mfu) CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 ;;
   mfu-variants) CUDA_VISIBLE_DEVICES=0 step learner_mfu 400 python3 -m benchmarks.learner_mfu --commit "$commit" \
     --steps 3 --runs "${RUNS:-fsdp:packed:16384:compile,fsdp:packed:32768:compile:learner.logprob_chunk_tokens=8192}" ;;
+  mfu-variants-0.5b) CUDA_VISIBLE_DEVICES=0 step learner_mfu 400 python3 -m benchmarks.learner_mfu --commit "$commit" \
+    --steps 3 --shape 0.5b --completion 128 --groups 32 --runs "${RUNS:-fsdp:packed:16384:compile,\
+fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:compile:learner.logprob_chunk_tokens=8192}" ;;
   lora-export) CUDA_VISIBLE_DEVICES=0 step test_lora_gpu 400 python3 -m pytest -q -s -m gpu tests/gpu/test_lora_gpu.py -rxX ;;
   lora) CUDA_VISIBLE_DEVICES=0 step lora_sync 580 python3 -m benchmarks.lora_sync --commit "$commit" --variants full,lora ;;
   lora-in-place) CUDA_VISIBLE_DEVICES=0 step lora_sync 500 python3 -m benchmarks.lora_sync --commit "$commit" \
@@ -114,7 +119,8 @@ run_mode() {
     order=(); [ "${1%-reverse}" != "$1" ] && order=(--reverse-first)
     [ "${1#async-mps}" != "$1" ] && { mps_start || return; }
     CUDA_VISIBLE_DEVICES=0 step "async_vs_sync${1#async}" 580 python3 -m benchmarks.async_vs_sync --commit "$commit" \
-      --gpus 1 --repeats 1 --steps 8 --warmup 2 --etas "${ETAS:-0,1,2,4}" "${order[@]}" metrics.run_dir=/tmp/async-runs
+      --gpus 1 --repeats 1 --steps 8 --warmup 2 --etas "${ETAS:-0,1,2,4}" "${order[@]}" metrics.run_dir=/tmp/async-runs \
+      ${ASYNC_OVERRIDES:-}
     [ "${1#async-mps}" != "$1" ] && mps_stop
     ;;
   vs-trl|vs-trl-reverse)
