@@ -51,7 +51,10 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128) -> list[str
               "vllm.enforce_eager=false", "vllm.max_model_len=512", "rollout.ignore_eos=true",
               f"rollout.max_new_tokens={max_new_tokens}", "rollout.batch_size=32", "rollout.group_size=8",
               "rollout.temperature=1.0", "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.compile=true",
-              "learner.max_tokens_per_micro_batch=16384", "learner.lr=1e-6", "algorithm.beta=0",
+              # the whole batch (~41k tokens) as one micro-batch: learner_mfu on this shape, one H200, 0.42 s a step
+              # against 0.48 s at 24576 tokens and 0.52-0.80 s at 16384 (learner_mfu-20261204-093805, -000811)
+              "learner.max_tokens_per_micro_batch=49152", "learner.logprob_chunk_tokens=8192",
+              "learner.lr=1e-6", "algorithm.beta=0",
               "algorithm.dynamic_sampling=false", "data.eval_size=16", "sync.dtype=bfloat16"]
     if gpus == 1:  # at most 512 sequences decode at once: vLLM's CUDA graphs go up to 512 (above, a decode step runs
         # without them, and a sync's pause waits for such steps); at η = 0 the 256 of a step are all there is
@@ -86,8 +89,8 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
     # η = 0, each phase alone on the GPU: generation (the wait), then training and the sync (NVML averages over its
     # own sample period, so a phase's edges blur into the other's)
     starts = [r["time"] - r["step_s"] for r in kept]
-    phases = {"gpu_busy_generating": [(t, t + r["wait_s"]) for t, r in zip(starts, kept)],
-              "gpu_busy_training": [(t + r["wait_s"], t + r["step_s"]) for t, r in zip(starts, kept)]} if eta == 0 else {}
+    phases = {} if eta else {"gpu_busy_generating": [(t, t + r["wait_s"]) for t, r in zip(starts, kept)],
+                             "gpu_busy_training": [(t + r["wait_s"], t + r["step_s"]) for t, r in zip(starts, kept)]}
     # the strong-baseline check (η = 0, GPU): generation tokens/s over the wait (at η > 0 the wait is not the
     # generation's time), the learner's model FLOPs (6·N per token; attention of these short sequences left out)
     # over its training time

@@ -1,8 +1,10 @@
-"""Where one learner step's GPU time goes: FSDP2 on one GPU, the learner_mfu model and batch, one
-step under torch.profiler, CUDA kernel time summed into matmul / attention / log-prob head /
-elementwise+norm / optimizer / other, plus the busiest kernels.
+"""Where one learner step's GPU time goes: FSDP2 on one GPU, a learner_mfu model and batch (1.5B and mixed
+lengths, or --shape 0.5b --completion 128 --groups 32: async_vs_sync's GPU batch), one step under
+torch.profiler, CUDA kernel time summed into matmul / attention / log-prob head / elementwise+norm /
+optimizer / other, plus the busiest kernels.
 
-    python -m benchmarks.learner_profile [--tokens 16384] [--packed true] [--compile false] [--bitwise] [key=value ...]
+    python -m benchmarks.learner_profile [--tokens 16384] [--packed true] [--compile false] [--bitwise]
+                                         [--shape 1.5b] [--groups 16] [--completion N] [key=value ...]
                                          (run on the GPU machine)
 
 --bitwise profiles the bitwise on-policy mode's learner (vLLM's batch-invariant kernels in this process, so run
@@ -20,11 +22,11 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.common import benchmark_parser, print_table, write_result
-from benchmarks.learner_mfu import make_groups
+from benchmarks.learner_mfu import SHAPES, make_groups
 from rayrl.batching import collate
 from rayrl.config import load_config
 from rayrl import components
-from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.models.random_qwen2 import save_random_qwen2
 from rayrl.rendezvous import free_port
 
 # kernel-name fragments per category, first match wins
@@ -49,18 +51,23 @@ def main() -> None:
     parser.add_argument("--packed", default="true")
     parser.add_argument("--compile", default="false", help="learner.compile")
     parser.add_argument("--bitwise", action="store_true", help="rollout.bitwise_on_policy=true")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="1.5b")
+    parser.add_argument("--groups", type=int, default=16, help="groups of 8 samples in the batch")
+    parser.add_argument("--completion", type=int, default=None, help="fixed completion length (default: mixed)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port('127.0.0.1')}", rank=0, world_size=1)
     torch.cuda.set_device(0)
-    model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-1.5b", **QWEN2_1_5B_SHAPE)
+    shape, model_name = SHAPES[args.shape], f"qwen2-{args.shape}-shape"
+    model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / model_name, **shape)
     cfg = load_config(None, ["cluster.n_gpus_per_node=1", "learner.backend=fsdp", "learner.dtype=bfloat16",
                              f"learner.max_tokens_per_micro_batch={args.tokens}", f"learner.pack_sequences={args.packed}",
                              f"learner.compile={args.compile}",
                              "algorithm.off_policy_correction=false", f"model.path={model_dir}",
                              *(BITWISE if args.bitwise else []), *args.overrides])
     learner = components.learner(cfg, str(model_dir))
-    batch = collate(make_groups(16, 8, QWEN2_1_5B_SHAPE["vocab_size"]), learner.tokenizer.pad_token_id)
+    groups = make_groups(args.groups, 8, shape["vocab_size"], completion=args.completion)
+    batch = collate(groups, learner.tokenizer.pad_token_id)
     learner.train_step(batch)  # warm-up
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -86,7 +93,8 @@ def main() -> None:
     print_table(rows, ["category", "gpu_s", "share"])
     print(f"profiled step: wall {wall:.2f} s (profiler on), kernels {busy:.2f} s, micro-batches {stats['micro_batches']}, "
           f"host syncs {host_syncs}")
-    path = write_result("learner_profile", {"model": "qwen2-1.5b-shape", "tokens_per_micro_batch": args.tokens,
+    path = write_result("learner_profile", {"model": model_name, "groups": args.groups, "completion": args.completion,
+                                            "tokens_per_micro_batch": args.tokens,
                                             "packed": args.packed, "compile": args.compile, "bitwise": args.bitwise,
                                             "overrides": args.overrides, "host_syncs": host_syncs,
                                             "wall_s": wall, "kernel_s": busy,

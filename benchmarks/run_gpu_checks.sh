@@ -30,6 +30,7 @@
 #                                 ETAS=0,4 runs fewer η values (each run costs ~2 min of startup and steps);
 #                                 ASYNC_OVERRIDES="key=value ..." adds config overrides to both η runs
 #                                 mfu-variants-0.5b: learner_mfu over RUNS on async_vs_sync's 0.5B batch
+#                                 profile-0.5b: learner_profile of one step at async_vs_sync's 0.5B setting
 #                                 vs-trl: vs_trl --gpus 1, one repeat: TRL's GRPOTrainer (vLLM colocate) and rayrl at
 #                                 ETAS (default 0,4) sharing the GPU; vs-trl-reverse: the same, order reversed
 #                                 (needs benchmarks/requirements-gpu-bench.txt staged beside the project's packages)
@@ -99,8 +100,11 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
     CUDA_VISIBLE_DEVICES=0 step rollout_throughput 300 python3 -m benchmarks.rollout_throughput --commit "$commit" \
       --shape 0.5b --prompts 256 --max-tokens 128 --memory-share 0.3 --kv-cache-gb 8 --repeats 5
     CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 \
-      --shape 0.5b --completion 128 --groups 32 --runs fsdp:packed:16384:compile ;;
+      --shape 0.5b --completion 128 --groups 32 --runs fsdp:packed:49152:compile:learner.logprob_chunk_tokens=8192 ;;
   profile) CUDA_VISIBLE_DEVICES=0 step learner_profile 200 python3 -m benchmarks.learner_profile --commit "$commit" --compile true ;;
+  profile-0.5b)  # the learner's step alone at async_vs_sync's 0.5B setting: what keeps the GPU idle in it
+    CUDA_VISIBLE_DEVICES=0 step learner_profile 240 python3 -m benchmarks.learner_profile --commit "$commit" \
+      --shape 0.5b --groups 32 --completion 128 --tokens 49152 --compile true learner.logprob_chunk_tokens=8192 ;;
   profile-bitwise)  # the learner's step, normal and bitwise, at the bitwise benchmark's recipe settings
     for mode in "" --bitwise; do
       CUDA_VISIBLE_DEVICES=0 step "learner_profile${mode:+_bitwise}" 240 python3 -m benchmarks.learner_profile \

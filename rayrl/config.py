@@ -192,8 +192,6 @@ class VLLMConfig(_Section):
     recompute_kv_on_sync: bool = F(True, "A weight update recomputes in-flight requests' KV cache (false: kept).")
     kv_block_size: int = F(16, "vLLM's KV page (bitwise on-policy: the learner's attention reads alike).", ge=16)
     lm_head_fp32: bool = F(False, "Logits in fp32 from bf16 hidden states, as the learners score tokens.")
-    switch_interval_ms: float | None = F(None, "The rollout process's GIL switch interval (unset: Python's 5 ms); "
-                                         "shorter lets a sync's calls in while vLLM applies outputs.", gt=0)
 
 
 class AgentConfig(_Section):

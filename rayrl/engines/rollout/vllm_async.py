@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 import os
-import sys
 import threading
 import time
 import uuid
@@ -102,8 +101,6 @@ class VLLMRolloutEngine:
         self.dtype = engine_dtype(vllm, hf_config)
         self.max_context = vllm.max_model_len or hf_config.get("max_position_embeddings") or 0  # prompt + completion
         self.vllm, self.setup, self.tokenizer = vllm, setup, tokenizer
-        if vllm.switch_interval_ms is not None:  # process-wide: this process serves this engine only
-            sys.setswitchinterval(vllm.switch_interval_ms / 1000)
         self.version = 0
         self.asleep = False  # colocated: sleeping while the learner trains, until the next weight update
         # ranks this engine adds to the weight-sync group: vLLM's workers, or (LoRA) this process
