@@ -89,4 +89,4 @@ class WeightBroadcaster:
         self.version = version
         if self.buffer is not None:
             ray.get(self.buffer.set_version.remote(version))
-        return WeightVersion(version, self.plan.n_tensors, self.plan.n_bytes, seconds, paused_s, hold or {})
+        return WeightVersion(version, self.plan.n_tensors, self.plan.n_bytes, seconds, paused_s, hold)

@@ -11,8 +11,8 @@ order of the η values alternating (0,1,2,4 then 4,2,1,0, ...); medians and spre
 memory split by vllm.gpu_memory_utilization and learner.gpu_memory_fraction, weights over CUDA IPC);
 two GPUs: one each (placement.mode=split, NCCL).
 Per run, over the steps after --warmup: step time, the driver's wait for a batch (generation, rewards, hops),
-training + weight sync, each role's busy share of the step, and each GPU's busy fraction (NVML; at η = 0 also
-the first GPU's while generating and while training, each side alone on it). Per repeat:
+training + weight sync, each role's busy share of the step, and each GPU's busy fraction (NVML: the share of
+its sample period, 1/6 to 1 s by product, in which a kernel ran; too coarse to split a step's phases). Per repeat:
 speedup = step time at η = 0 / step time at η, and the ideal (wait + train) / max(wait, train) of that
 repeat's η = 0 run, which assumes the two sides never slow each other and generation costs per batch what
 it did at η = 0; and the bound step / (train + sync) of that run, the speedup were generation free (at
@@ -70,7 +70,6 @@ def cuda_mps() -> bool:
 
 
 SYNC_PARTS = ("sync_hold_s", "sync_pause_engine_s", "sync_pause_settle_s", "sync_pause_queued_tokens", "sync_write_s")
-PHASES = ("gpu_busy_generating", "gpu_busy_training")  # η = 0 only, the first GPU's
 PARTS = ("gen_tokens_per_s", "learner_tflops", "train_s", "sync_s", "sync_pause_s", *SYNC_PARTS)  # not in older results
 
 
@@ -86,11 +85,6 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
     med = lambda key: statistics.median(key(r) for r in kept)  # noqa: E731
     wait, trn, step = med(lambda r: r["wait_s"]), med(lambda r: r["train_s"] + r["sync_s"]), med(lambda r: r["step_s"])
     busy = sampler.busy(kept[0]["time"] - kept[0]["step_s"], kept[-1]["time"])
-    # η = 0, each phase alone on the GPU: generation (the wait), then training and the sync (NVML averages over its
-    # own sample period, so a phase's edges blur into the other's)
-    starts = [r["time"] - r["step_s"] for r in kept]
-    phases = {} if eta else {"gpu_busy_generating": [(t, t + r["wait_s"]) for t, r in zip(starts, kept)],
-                             "gpu_busy_training": [(t + r["wait_s"], t + r["step_s"]) for t, r in zip(starts, kept)]}
     # the strong-baseline check (η = 0, GPU): generation tokens/s over the wait (at η > 0 the wait is not the
     # generation's time), the learner's model FLOPs (6·N per token; attention of these short sequences left out)
     # over its training time
@@ -102,7 +96,6 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
             "learner_tflops": med(lambda r: 6 * n_params * r["sequence_tokens"] / r["train_s"] / 1e12)
             if n_params else None,
             "train_busy": med(lambda r: (r["train_s"] + r["sync_s"]) / r["step_s"]), "gpu_busy": busy,
-            **{k: sampler.busy_within(w) for k, w in phases.items()},
             "samples_per_s": statistics.median(r["samples"] / r["step_s"] for r in kept),
             "staleness_mean": statistics.fmean(r["staleness_mean"] for r in kept),
             # the first rollout worker's side of each sync: its hold, vLLM's pause, the wait for its outputs
@@ -131,7 +124,6 @@ def summarize(runs: list[dict], etas: list[int]) -> list[dict]:
                      "of_bound": spread([s / b for s, b in zip(speed, bound)]),
                      "train_busy": spread([r["train_busy"] for r in mine]),
                      "gpu_busy": [statistics.median(g[i] for g in gpu) for i in range(len(gpu[0]))] if gpu else None,
-                     **{k: spread([r[k][0] for r in mine]) for k in PHASES if all(r.get(k) for r in mine)},
                      "samples_per_s": spread([r["samples_per_s"] for r in mine]),
                      **{k: spread([r[k] for r in mine]) for k in PARTS if all(r.get(k) is not None for r in mine)},
                      "eval_after": spread([r["eval_after"] for r in mine])})
@@ -148,8 +140,6 @@ def table_row(row: dict) -> dict:
     out["gpu_busy"] = ",".join(f"{b:.2f}" for b in row["gpu_busy"]) if row["gpu_busy"] else "-"
     for key, short in (("gen_tokens_per_s", "gen_tok/s"), ("learner_tflops", "learn_TF/s")):
         out[short] = f"{row[key]['median']:.0f}" if key in row else "-"
-    out["busy gen/train"] = "/".join(f"{row[k]['median']:.2f}" for k in PHASES) if all(k in row for k in PHASES) \
-        else "-"
     parts = [row[k]["median"] for k in ("train_s", "sync_s", "sync_pause_s") if k in row]
     out["train/sync/pause"] = "/".join(f"{p:.2f}" for p in parts) if len(parts) == 3 else "-"
     return out
@@ -215,7 +205,7 @@ def main() -> None:
     runs, settings = [], {"gpus": args.gpus, "config": config, "overrides": overrides, "steps": args.steps,
                           "warmup": args.warmup, "repeats": args.repeats, "cuda_mps": bool(args.gpus) and cuda_mps()}
     partial = None  # the runs so far, rewritten after each: a time limit cuts the benchmark, not its data
-    with GpuBusySampler(period_s=0.05) as sampler:
+    with GpuBusySampler() as sampler:
         for rep in range(args.repeats):
             for eta in (etas if (rep + args.reverse_first) % 2 == 0 else etas[::-1]):
                 run = run_once(config, overrides, eta, args.steps, args.warmup, f"async-vs-sync-{rep}-eta{eta}", sampler)
@@ -254,7 +244,7 @@ def report(etas: list[int], runs: list[dict], settings: dict, commit: str | None
     setting += "; CUDA MPS" if settings["cuda_mps"] else ""
     print_table([table_row(r) for r in rows], ["eta", "step_s", "wait_s", "train_sync_s", "speedup", "ideal", "of_ideal",
                                                "bound", "of_bound", "train_busy", "gpu_busy", "samples/s", "gen_tok/s",
-                                               "learn_TF/s", "train/sync/pause", "busy gen/train"])
+                                               "learn_TF/s", "train/sync/pause"])
     path = write_result("async_vs_sync", {"setting": setting, **settings, "rows": rows, "runs": runs}, commit)
     png = plot(rows, runs, f"{setting}; {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each",
                path.with_suffix(".png"))

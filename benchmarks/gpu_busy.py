@@ -39,11 +39,7 @@ class GpuBusySampler:
 
     def busy(self, start: float, end: float) -> list[float] | None:
         """Mean busy fraction of each GPU between two time.time() stamps."""
-        return self.busy_within([(start, end)])
-
-    def busy_within(self, windows: list[tuple[float, float]]) -> list[float] | None:
-        """Mean busy fraction of each GPU over the samples inside any of these (start, end) windows."""
-        inside = [u for t, u in self.samples if any(start <= t <= end for start, end in windows)]
+        inside = [u for t, u in self.samples if start <= t <= end]
         if not inside:
             return None
         return [statistics.fmean(u[g] for u in inside) / 100 for g in range(len(self._handles))]

@@ -2,34 +2,39 @@
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import torch
 
 from rayrl.types import Batch, TrajectoryGroup
 
 
+def _flat(lists, dtype) -> torch.Tensor:
+    """Per-sample lists as one 1-D tensor, through numpy (3x faster than torch.tensor on a list of numbers)."""
+    return torch.from_numpy(np.fromiter(itertools.chain.from_iterable(lists), dtype=dtype))
+
+
 def collate(groups: list[TrajectoryGroup], pad_id: int) -> Batch:
-    """One right-padded row per sample; per-token tensors are aligned to the token they score."""
-    rows = [(g, s) for g in groups for s in g.samples]
-    width = max(len(s.prompt_ids) + len(s.completion_ids) for _, s in rows)
-    shape = (len(rows), width)
-    ids = torch.full(shape, pad_id, dtype=torch.long)
-    attn = torch.zeros(shape, dtype=torch.long)
-    loss_mask = torch.zeros(shape)
-    behav = torch.zeros(shape)
-    versions = torch.zeros(shape, dtype=torch.long)
-    group_index = torch.zeros(len(rows), dtype=torch.long)
-    gid = {id(g): i for i, g in enumerate(groups)}
-    for b, (g, s) in enumerate(rows):
-        p, c = len(s.prompt_ids), len(s.completion_ids)
-        ids[b, : p + c] = torch.tensor(s.prompt_ids + s.completion_ids)
-        attn[b, : p + c] = 1
-        loss_mask[b, p: p + c] = 1.0 if s.loss_mask is None else torch.tensor(s.loss_mask, dtype=torch.float32)
-        behav[b, p: p + c] = torch.tensor(s.logprobs)
-        versions[b, p: p + c] = torch.tensor(s.versions)
-        group_index[b] = gid[id(g)]
-    rewards = torch.tensor([s.reward for _, s in rows], dtype=torch.float32)
-    truncated = torch.tensor([s.finish_reason == "length" for _, s in rows])
-    return Batch(ids, attn, loss_mask, behav, versions, rewards, group_index, truncated)
+    """One right-padded row per sample; per-token tensors are aligned to the token they score. Each field is
+    one flat tensor written through a row-major mask (a tensor per row and field cost ~15 µs each)."""
+    rows = [s for g in groups for s in g.samples]
+    prompt = torch.tensor([len(s.prompt_ids) for s in rows])
+    length = prompt + torch.tensor([len(s.completion_ids) for s in rows])
+    col = torch.arange(int(length.max()))[None, :]
+    seq, completion = col < length[:, None], (col >= prompt[:, None]) & (col < length[:, None])
+    ids = torch.full(seq.shape, pad_id, dtype=torch.long)
+    ids[seq] = _flat((s.prompt_ids + s.completion_ids for s in rows), np.int64)
+    loss_mask, behav = torch.zeros(seq.shape), torch.zeros(seq.shape)
+    versions = torch.zeros(seq.shape, dtype=torch.long)
+    loss_mask[completion] = _flat((s.loss_mask if s.loss_mask is not None else (1,) * len(s.completion_ids)
+                                   for s in rows), np.float32)
+    behav[completion] = _flat((s.logprobs for s in rows), np.float32)
+    versions[completion] = _flat((s.versions for s in rows), np.int64)
+    group_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.samples], dtype=torch.long)
+    rewards = torch.tensor([s.reward for s in rows], dtype=torch.float32)
+    truncated = torch.tensor([s.finish_reason == "length" for s in rows])
+    return Batch(ids, seq.long(), loss_mask, behav, versions, rewards, group_index, truncated)
 
 
 def completion_values(batch: Batch, values: torch.Tensor, groups: list[TrajectoryGroup]) -> dict[str, list[list[float]]]:

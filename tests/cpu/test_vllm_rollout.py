@@ -53,7 +53,7 @@ def test_interruptible_generation_across_a_weight_update(system):
     assert synced.version == version and ray.get(rollout.stats.remote())["untracked_at_update"] == 0
     # the request was running: vLLM was paused, and the first worker accounts for its hold in parts
     assert synced.hold["pause_engine_s"] > 0 and synced.hold["hold_s"] >= synced.hold["pause_engine_s"]
-    assert synced.hold["pause_queued_tokens"] >= 0 and 0 < synced.pause_s <= synced.seconds
+    assert "pause_queued_tokens" in synced.hold and 0 < synced.pause_s <= synced.seconds
     for s in samples:
         assert len(s.completion_ids) == 230 and s.finish_reason == "length"
         assert set(s.versions) == {version - 1, version} and s.versions == sorted(s.versions)

@@ -32,6 +32,8 @@ def test_unknown_section_is_named():
     ("algorithm.type=ppo_critic", "algorithm.type"),
     ("scheduler.type=slurm", "scheduler.type"),
     ("rollout.max_staleness=-1", "rollout.max_staleness"),
+    ("placement.sleep_level=true", "placement.sleep_level"),  # a bool is no choice of numbers, though True == 1
+    ("learner.zero_stage=false", "learner.zero_stage"),
 ])
 def test_bad_values_name_the_key(override, key):
     with pytest.raises(ConfigError, match=f"bad value for '{key}'"):

@@ -11,6 +11,31 @@ from rayrl import components
 from rayrl.components import demo_model
 
 
+def test_collate_lays_each_sample_out_in_its_row(random_groups):
+    groups = random_groups(3, 4, seed=11)
+    masked = groups[1].samples[2]  # an agent's sample: tool-output tokens are not trained on
+    masked.loss_mask = [i % 2 for i in range(len(masked.completion_ids))]
+    groups[2].samples[0].versions = list(range(len(groups[2].samples[0].completion_ids)))
+    groups[0].samples[1].finish_reason = "length"
+    batch = collate(groups, pad_id=99)
+    rows = [(gi, s) for gi, g in enumerate(groups) for s in g.samples]
+    assert batch.input_ids.shape == (12, max(len(s.prompt_ids) + len(s.completion_ids) for _, s in rows))
+    for b, (gi, s) in enumerate(rows):
+        p, n = len(s.prompt_ids), len(s.prompt_ids) + len(s.completion_ids)
+        assert batch.input_ids[b, :n].tolist() == s.prompt_ids + s.completion_ids
+        assert (batch.input_ids[b, n:] == 99).all() and batch.attention_mask[b].tolist() == [1] * n + [0] * (
+            batch.input_ids.shape[1] - n)
+        want_mask = s.loss_mask if s.loss_mask is not None else [1] * (n - p)
+        assert batch.loss_mask[b, p:n].tolist() == want_mask and batch.loss_mask[b, :p].sum() == 0
+        assert batch.loss_mask[b, n:].sum() == 0 and batch.behav_logprobs[b, n:].abs().sum() == 0
+        assert batch.behav_logprobs[b, p:n].tolist() == torch.tensor(s.logprobs, dtype=torch.float32).tolist()
+        assert batch.versions[b, p:n].tolist() == s.versions and batch.versions[b, :p].sum() == 0
+        assert batch.group_index[b] == gi and batch.rewards[b] == s.reward
+        assert bool(batch.truncated[b]) == (s.finish_reason == "length")
+    assert batch.input_ids.dtype == batch.versions.dtype == batch.attention_mask.dtype == torch.long
+    assert batch.loss_mask.dtype == batch.behav_logprobs.dtype == torch.float32
+
+
 def test_first_fit_plan_respects_budget_and_keeps_every_sequence():
     lengths = [7, 3, 9, 2, 5, 5, 1]
     plan = plan_microbatches(lengths, max_tokens=10)
