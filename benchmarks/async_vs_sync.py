@@ -51,8 +51,8 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128) -> list[str
               "vllm.enforce_eager=false", "vllm.max_model_len=512", "rollout.ignore_eos=true",
               f"rollout.max_new_tokens={max_new_tokens}", "rollout.batch_size=32", "rollout.group_size=8",
               "rollout.temperature=1.0", "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.compile=true",
-              # the whole batch (~34k tokens) as one micro-batch: learner_mfu on this shape (~41k), one H200, 0.42 s a step
-              # against 0.48 s at 24576 tokens and 0.52-0.80 s at 16384 (learner_mfu-20261204-093805, -000811)
+              # the whole batch (~34k tokens) as one micro-batch: learner_mfu on this shape (~41k tokens), one H200,
+              # 0.42 s a step against 0.48 s at 24576 and 0.52-0.80 s at 16384 (learner_mfu-20261204-093805, -000811)
               "learner.max_tokens_per_micro_batch=49152", "learner.logprob_chunk_tokens=8192",
               "learner.lr=1e-6", "algorithm.beta=0",
               "algorithm.dynamic_sampling=false", "data.eval_size=16", "sync.dtype=bfloat16"]
