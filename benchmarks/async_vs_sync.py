@@ -6,10 +6,10 @@ order of the η values alternating (0,1,2,4 then 4,2,1,0, ...); medians and spre
                                                                # the second with --reverse-first
 
 --gpus 0: the config as given (recipes/arithmetic_grpo.yaml: hf engine, torch learner, on CPU).
---gpus 1 or 2: a Qwen2-0.5B-shaped model with random weights, vLLM rollout (CUDA graphs), FSDP2 learner in bf16
-(compiled), fixed-length generations (rollout.ignore_eos). One GPU: both sides share it at once (placement.mode=share,
-memory split by vllm.gpu_memory_utilization and learner.gpu_memory_fraction, weights over CUDA IPC);
-two GPUs: one each (placement.mode=split, NCCL).
+--gpus 1 or 2: a Qwen2-0.5B-shaped model (--shape 1.5b: 1.5B) with random weights, vLLM rollout (CUDA graphs),
+FSDP2 learner in bf16 (compiled), fixed-length generations (rollout.ignore_eos). One GPU: both sides share it at
+once (placement.mode=share, memory split by vllm.gpu_memory_utilization and learner.gpu_memory_fraction, weights
+over CUDA IPC); two GPUs: one each (placement.mode=split, NCCL).
 Per run, over the steps after --warmup: step time, the driver's wait for a batch (generation, rewards, hops),
 training + weight sync, each role's busy share of the step, and each GPU's busy fraction (NVML: the share of
 its sample period, 1/6 to 1 s by product, in which a kernel ran; too coarse to split a step's phases). Per repeat:
@@ -33,9 +33,9 @@ from transformers import AutoConfig
 
 from benchmarks.common import benchmark_parser, print_table, spread, write_result
 from benchmarks.gpu_busy import GpuBusySampler
-from benchmarks.learner_mfu import count_params
+from benchmarks.learner_mfu import SHAPES, count_params
 from rayrl.config import load_config
-from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, save_random_qwen2
+from rayrl.models.random_qwen2 import save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
 from rayrl.driver import start_ray
 from rayrl.trainer import train
@@ -43,7 +43,15 @@ from rayrl.trainer import train
 CPU_CONFIG = "recipes/arithmetic_grpo.yaml"
 
 
-def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128) -> list[str]:
+# the learner's micro-batches per model shape, each the fastest learner_mfu measured on one H200: 0.5B, the whole
+# batch (~34k tokens here) as one, 0.42 s a step against 0.48 s at 24576 and 0.52-0.80 s at 16384
+# (learner_mfu-20261204-093805, -000811); 1.5B, 24576 tokens with log-prob chunks as large, 51.5 % MFU
+# (learner_mfu-20261203-173043)
+MICRO_BATCHES = {"0.5b": ["learner.max_tokens_per_micro_batch=49152", "learner.logprob_chunk_tokens=8192"],
+                 "1.5b": ["learner.max_tokens_per_micro_batch=24576", "learner.logprob_chunk_tokens=24576"]}
+
+
+def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128, shape: str = "0.5b") -> list[str]:
     """The GPU setting: generation and training of comparable length, nothing that learns (random weights).
     Both sides tuned as a user would tune a synchronous run: vLLM with CUDA graphs, the learner compiled, with
     micro-batches large enough to keep the device fed."""
@@ -51,10 +59,7 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128) -> list[str
               "vllm.enforce_eager=false", "vllm.max_model_len=512", "rollout.ignore_eos=true",
               f"rollout.max_new_tokens={max_new_tokens}", "rollout.batch_size=32", "rollout.group_size=8",
               "rollout.temperature=1.0", "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.compile=true",
-              # the whole batch (~34k tokens) as one micro-batch: learner_mfu on this shape (~41k tokens), one H200,
-              # 0.42 s a step against 0.48 s at 24576 and 0.52-0.80 s at 16384 (learner_mfu-20261204-093805, -000811)
-              "learner.max_tokens_per_micro_batch=49152", "learner.logprob_chunk_tokens=8192",
-              "learner.lr=1e-6", "algorithm.beta=0",
+              *MICRO_BATCHES[shape], "learner.lr=1e-6", "algorithm.beta=0",
               "algorithm.dynamic_sampling=false", "data.eval_size=16", "sync.dtype=bfloat16"]
     if gpus == 1:  # at most 512 sequences decode at once: vLLM's CUDA graphs go up to 512 (above, a decode step runs
         # without them, and a sync's pause waits for such steps); at η = 0 the 256 of a step are all there is
@@ -180,6 +185,7 @@ def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--config", default=None, help=f"default: {CPU_CONFIG} with --gpus 0, none with GPUs")
     parser.add_argument("--gpus", type=int, default=0, choices=[0, 1, 2])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b", help="with GPUs: the model's shape")
     parser.add_argument("--etas", default="0,1,2,4")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40)
@@ -198,11 +204,13 @@ def main() -> None:
                      "--repeats at least 1")
     config, overrides = args.config, list(args.overrides)
     if args.gpus:
-        model = save_random_qwen2(Path(tempfile.mkdtemp()) / "qwen2-0.5b", chars=TEXT_CHARS, **QWEN2_0_5B_SHAPE)
-        overrides = gpu_overrides(args.gpus, model) + overrides
+        model = save_random_qwen2(Path(tempfile.mkdtemp()) / f"qwen2-{args.shape}", chars=TEXT_CHARS,
+                                  **SHAPES[args.shape])
+        overrides = gpu_overrides(args.gpus, model, shape=args.shape) + overrides
     else:
         config = config or CPU_CONFIG
-    runs, settings = [], {"gpus": args.gpus, "config": config, "overrides": overrides, "steps": args.steps,
+    runs, settings = [], {"gpus": args.gpus, "shape": args.shape if args.gpus else None, "config": config,
+                          "overrides": overrides, "steps": args.steps,
                           "warmup": args.warmup, "repeats": args.repeats, "cuda_mps": bool(args.gpus) and cuda_mps()}
     partial = None  # the runs so far, rewritten after each: a time limit cuts the benchmark, not its data
     with GpuBusySampler() as sampler:
