@@ -3,42 +3,25 @@
 from __future__ import annotations
 
 import os
-from typing import Literal, get_args, get_origin
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rayrl.config_moved import check_moved
 from rayrl.config_rules import check_rules
+from rayrl.config_section import F, Section
 from rayrl.config_yaml import (ConfigError, explain, known_keys, merge, parse_overrides,  # noqa: F401 (re-exported)
                                read_config_file, read_yaml)
 
 
-def F(default, description: str, **limits):  # noqa: N802 - a field with its documentation
-    return Field(default, description=description, **limits)
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True)  # no bool for an int, no "3" for 3
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_for_a_number(cls, value, info):
-        """Strict mode still lets true match Literal[1, 2] (True == 1): a choice of numbers takes no bool."""
-        annotation = cls.model_fields[info.field_name].annotation
-        choices = get_args(annotation)
-        if isinstance(value, bool) and get_origin(annotation) is Literal and bool not in set(map(type, choices)):
-            raise ValueError(f"expected one of {', '.join(map(str, choices))}")
-        return value
-
-
-class ClusterConfig(_Section):
+class ClusterConfig(Section):
     """The machines the run expects."""
 
     n_nodes: int = F(1, "Nodes in the cluster.", ge=1)
     n_gpus_per_node: int = F(0, "GPUs per node; 0 runs everything on CPUs.", ge=0)
 
 
-class SchedulerConfig(_Section):
+class SchedulerConfig(Section):
     """Where Ray runs."""
 
     type: Literal["local", "ray"] = F("local", "local: a private Ray cluster for this run; ray: join a running one.")
@@ -49,7 +32,7 @@ class SchedulerConfig(_Section):
     dashboard_host: str = F("127.0.0.1", "The address the dashboard listens on.")
 
 
-class PlacementConfig(_Section):
+class PlacementConfig(Section):
     """Which device each role uses."""
 
     mode: Literal["split", "colocate", "share"] = F("split", "split: rollout and learner on own devices; colocate: "
@@ -62,13 +45,13 @@ class PlacementConfig(_Section):
     learner_node_labels: dict[str, str] = F({}, "Node labels the learner bundles must land on; empty: any node.")
 
 
-class ModelConfig(_Section):
+class ModelConfig(Section):
     """The policy to train."""
 
     path: str | None = F(None, "A local Hugging Face model directory; unset: build the small demo model (demo.*).")
 
 
-class DemoConfig(_Section):
+class DemoConfig(Section):
     """The small Qwen2-architecture model built offline when model.path is unset, warmed up on the task."""
 
     hidden_size: int = F(128, "Hidden size.", ge=16)
@@ -87,7 +70,7 @@ class DemoConfig(_Section):
     cache_dir: str = F("~/.cache/rayrl/models", "Built models are cached here by a hash of their settings.")
 
 
-class DataConfig(_Section):
+class DataConfig(Section):
     """The task's prompts and answers."""
 
     task: Literal["arithmetic", "gsm8k", "word_problems"] = F("arithmetic", "sums; gsm8k; word_problems (agent).")
@@ -107,7 +90,7 @@ class DataConfig(_Section):
         return self
 
 
-class RewardModelConfig(_Section):
+class RewardModelConfig(Section):
     """A frozen reward model beside the rule (reward.fn) in actors of its own (docs: Reward models)."""
 
     kind: Literal["none", "judge", "scorer"] = F("none", "judge: a parsed verdict; scorer: a scalar head.")
@@ -130,7 +113,7 @@ class RewardModelConfig(_Section):
     max_restarts: int = F(3, "A dead reward model actor is restarted; its calls are retried.", ge=0)
 
 
-class RewardConfig(_Section):
+class RewardConfig(Section):
     """The reward function and the actors that call it."""
 
     fn: str = F("rayrl.rewards.arithmetic:exact_match", "'module:function' of (sample, task): float or RewardResult.")
@@ -144,7 +127,7 @@ class RewardConfig(_Section):
     max_failing_s: float = F(45.0, "Every sample scored for this long failed (however slowly): the run stops.", gt=0)
 
 
-class RolloutConfig(_Section):
+class RolloutConfig(Section):
     """The rollout loop: workers, sampling, staleness, faults."""
 
     engine: Literal["hf", "vllm"] = F("hf", "hf: pure torch (the CPU default; section hf); vllm: section vllm.")
@@ -171,7 +154,7 @@ class RolloutConfig(_Section):
     bitwise_on_policy: bool = F(False, "Rollout and learner log-probs equal bit for bit (docs: Bitwise on-policy).")
 
 
-class EvalConfig(_Section):
+class EvalConfig(Section):
     """Held-out evaluation."""
 
     temperature: float = F(0.0, "Sampling temperature; 0 is greedy.", ge=0)
@@ -179,13 +162,13 @@ class EvalConfig(_Section):
     every_steps: int = F(0, "Held-out accuracy every N steps into metrics.jsonl; 0: before and after only.", ge=0)
 
 
-class HFConfig(_Section):
+class HFConfig(Section):
     """The hf rollout engine (rollout.engine=hf): pure torch."""
 
     max_concurrent_calls: int = F(1, "Decode batches at once; requests arriving meanwhile join one batch.", ge=1)
 
 
-class VLLMConfig(_Section):
+class VLLMConfig(Section):
     """The vLLM rollout engine (rollout.engine=vllm)."""
 
     tensor_parallel_size: int = F(1, "GPUs per rollout worker, through vLLM's Ray executor.", ge=1)
@@ -204,7 +187,7 @@ class VLLMConfig(_Section):
     lm_head_fp32: bool = F(False, "Logits in fp32 from bf16 hidden states, as the learners score tokens.")
 
 
-class AgentConfig(_Section):
+class AgentConfig(Section):
     """Multi-turn episodes: the built-in tool loop or an OpenAI-client agent through the gateway."""
 
     tools: list[str] = F(["rayrl.workflows.tools:calculator"], "Tool objects by import string (ToolUse).")
@@ -223,7 +206,7 @@ class AgentConfig(_Section):
         return self.gateway if self.gateway is not None else workflow.endswith(":OpenAIAgent")
 
 
-class LearnerConfig(_Section):
+class LearnerConfig(Section):
     """The learner group: backend, ranks, optimizer, memory."""
 
     backend: Literal["torch", "fsdp", "deepspeed"] = F("torch", "torch: one plain rank; fsdp: FSDP2; deepspeed: ZeRO.")
@@ -262,7 +245,7 @@ class LearnerConfig(_Section):
         return self
 
 
-class LoraConfig(_Section):
+class LoraConfig(Section):
     """LoRA adapters (PEFT) on a frozen base, trained, synced and sampled with (the learner and the engines read it)."""
 
     enabled: bool = F(False, "Train LoRA adapters on a frozen base instead of every weight.")
@@ -283,7 +266,7 @@ TYPE_DEFAULTS = {"grpo": (0.2, 0.2, "token_mean"), "dr_grpo": (0.2, 0.2, "seq_me
 GROUP_RELATIVE = ("grpo", "dr_grpo", "dapo", "rloo", "gspo")  # types whose advantages need >= 2 samples a group
 
 
-class AlgorithmConfig(_Section):
+class AlgorithmConfig(Section):
     """The advantage estimator and the policy loss; keys left unset take algorithm.type's value."""
 
     type: Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "gspo", "ppo"] = F(
@@ -329,7 +312,7 @@ class AlgorithmConfig(_Section):
         return self.loss_agg or TYPE_DEFAULTS[self.type][2]
 
 
-class SyncConfig(_Section):
+class SyncConfig(Section):
     """Weight sync from the learner to the rollout engines."""
 
     transport: Literal["gloo", "nccl", "ipc"] = F("gloo", "gloo: CPU; nccl: GPUs; ipc: both sides on one GPU.")
@@ -338,7 +321,7 @@ class SyncConfig(_Section):
     timeout_s: float = F(120.0, "Each part of a sync must finish within it.", gt=0)
 
 
-class CheckpointConfig(_Section):
+class CheckpointConfig(Section):
     """Resumable checkpoints and the final export."""
 
     save_final: bool = F(True, "Hugging Face export of the trained policy into the run directory.")
@@ -349,7 +332,7 @@ class CheckpointConfig(_Section):
     resume: str = F("auto", "auto: continue this run's newest checkpoint; never: start anew; or a checkpoint path.")
 
 
-class MetricsConfig(_Section):
+class MetricsConfig(Section):
     """What the run writes and shows."""
 
     run_dir: str = F("runs", "Run directories go here.")
@@ -361,7 +344,7 @@ class MetricsConfig(_Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = F("INFO", "The 'rayrl' logger, driver and actors.")
 
 
-class Config(_Section):
+class Config(Section):
     """The whole run: one section per component, each defaulting to its own defaults."""
 
     cluster: ClusterConfig = ClusterConfig()
