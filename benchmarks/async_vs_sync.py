@@ -23,7 +23,6 @@ One table, JSON and PNG.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -32,7 +31,7 @@ import ray
 from transformers import AutoConfig
 
 from benchmarks.common import benchmark_parser, print_table, spread, write_result
-from benchmarks.gpu_busy import GpuBusySampler
+from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from benchmarks.learner_mfu import SHAPES, count_params
 from rayrl.config import load_config
 from rayrl.models.random_qwen2 import save_random_qwen2
@@ -66,12 +65,6 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128, shape: str 
         return common + ["placement.mode=share", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.3",
                          "learner.gpu_memory_fraction=0.6", "vllm.max_num_seqs=512"]
     return common + ["placement.mode=split", "sync.transport=nccl", "vllm.gpu_memory_utilization=0.85"]
-
-
-def cuda_mps() -> bool:
-    """Whether a CUDA MPS control daemon serves this machine (its control pipe exists): with one, vLLM's and the
-    learner's kernels run on the GPU at once; without, their processes take turns by time slice."""
-    return (Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")) / "control").exists()
 
 
 SYNC_PARTS = ("sync_hold_s", "sync_pause_engine_s", "sync_pause_settle_s", "sync_pause_queued_tokens", "sync_write_s")

@@ -3,9 +3,11 @@ in a background thread; kept with timestamps so a run's loop window can be cut o
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
+from pathlib import Path
 
 
 class GpuBusySampler:
@@ -43,3 +45,9 @@ class GpuBusySampler:
         if not inside:
             return None
         return [statistics.fmean(u[g] for u in inside) / 100 for g in range(len(self._handles))]
+
+
+def cuda_mps() -> bool:
+    """Whether a CUDA MPS control daemon serves this machine (its control pipe exists): with one, vLLM's and the
+    learner's kernels run on the GPU at once; without, their processes take turns by time slice."""
+    return (Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")) / "control").exists()

@@ -8,7 +8,8 @@ train steps on packed sequences of mixed lengths, FSDP2 and DeepSpeed side by si
 
 FLOPs per step = sum over sequences of 6·N·len + 6·layers·(heads·head_dim)·len² (causal attention,
 forward + backward); MFU = FLOPs / step time / peak. Only the training passes are timed: the
-proximal-policy pass is off (off_policy_correction=false) and β = 0.
+proximal-policy pass is off (off_policy_correction=false) and β = 0. gpu_busy: NVML's share of the timed
+steps in which a kernel ran (the learner alone: its ceiling when it shares the GPU with generation).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import ray
 
 from benchmarks.common import benchmark_parser, print_table, write_result
+from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from rayrl.actors import LearnerGroup
 from rayrl.config import load_config
 from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, save_random_qwen2
@@ -57,7 +59,7 @@ def step_flops(groups: list[TrajectoryGroup], n_params: int, s: dict) -> float:
 BACKENDS = {"fsdp": ["learner.backend=fsdp"], "zero2": ["learner.backend=deepspeed", "learner.zero_stage=2"]}
 
 
-def bench(run: str, model_dir: Path, groups, steps: int, peak: float, shape: dict) -> dict:
+def bench(run: str, model_dir: Path, groups, steps: int, peak: float, shape: dict, sampler: GpuBusySampler) -> dict:
     backend, layout, tokens_per_mb, *rest = run.split(":")
     mode, overrides = [m for m in rest if "=" not in m], [m for m in rest if "=" in m]
     cfg = load_config(None, ["cluster.n_gpus_per_node=1", "learner.num_workers=1", "learner.dtype=bfloat16",
@@ -71,9 +73,9 @@ def bench(run: str, model_dir: Path, groups, steps: int, peak: float, shape: dic
     items = [[ray.put(g)] for g in groups]
     try:
         group.train(items)  # warm-up: allocator, kernels
-        t0 = time.perf_counter()
+        t0, start = time.perf_counter(), time.time()
         stats = [group.train(items).stats for _ in range(steps)]
-        step_s = (time.perf_counter() - t0) / steps
+        step_s, busy = (time.perf_counter() - t0) / steps, sampler.busy(start, time.time())
     finally:
         group.kill()
         plan.remove()
@@ -84,7 +86,7 @@ def bench(run: str, model_dir: Path, groups, steps: int, peak: float, shape: dic
     flops = step_flops(groups, n_params, shape)
     return {"backend": name, "step_s": step_s, "tokens_per_s": tokens / step_s, "tflops": flops / step_s / 1e12,
             "mfu": flops / step_s / (peak * 1e12), "micro_batches": stats[-1]["micro_batches"],
-            "loss": stats[-1]["loss"]}
+            "loss": stats[-1]["loss"], "gpu_busy": busy[0] if busy else None}
 
 
 def count_params(c) -> int:
@@ -112,12 +114,13 @@ def main() -> None:
     model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / f"qwen2-{args.shape}", **shape)
     groups = make_groups(args.groups, args.group_size, shape["vocab_size"], completion=args.completion)
     ray.init(address="local", num_gpus=1, include_dashboard=False)
-    rows = [bench(run, model_dir, groups, args.steps, args.peak_tflops, shape) for run in args.runs.split(",")]
+    with GpuBusySampler(period_s=0.05) as sampler:
+        rows = [bench(run, model_dir, groups, args.steps, args.peak_tflops, shape, sampler) for run in args.runs.split(",")]
     ray.shutdown()
-    print_table(rows, ["backend", "step_s", "tokens_per_s", "tflops", "mfu", "micro_batches", "loss"])
+    print_table(rows, ["backend", "step_s", "tokens_per_s", "tflops", "mfu", "micro_batches", "loss", "gpu_busy"])
     tokens = sum(len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples)
     path = write_result("learner_mfu", {"model": f"qwen2-{args.shape}-shape", "completion": args.completion, "tokens_per_step": tokens,
-                                        "peak_tflops": args.peak_tflops, "rows": rows}, args.commit)
+                                        "peak_tflops": args.peak_tflops, "cuda_mps": cuda_mps(), "rows": rows}, args.commit)
     print(f"-> {path}")
 
 

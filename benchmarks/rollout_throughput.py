@@ -12,13 +12,15 @@ memory share, so they fit side by side), the same sampling parameters (temperatu
 log-prob per token, an fp32 lm_head) and the same prompt token ids. Raw vLLM runs in a child process
 without Ray's environment and waits for a command per window. Each repeat times one window of each;
 the order alternates between repeats. Reported: median and min-max tokens/s per side, and the median
-and min-max of the per-repeat ratio ours / raw.
+and min-max of the per-repeat ratio ours / raw, and each side's GPU busy fraction (NVML's share of its windows
+in which a kernel ran: generation's own ceiling when it shares the GPU with a learner).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +30,7 @@ from pathlib import Path
 import ray
 
 from benchmarks.common import benchmark_parser, outside_ray_env, print_table, spread, write_result
+from benchmarks.gpu_busy import GpuBusySampler
 from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
 from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, save_random_qwen2
@@ -147,21 +150,27 @@ def main() -> None:
     raw = RawVLLM(engine, sampling, prompts)
     ours = OurWorker(model_dir, overrides, prompts, max_tokens)
     windows = []
-    try:
-        for i in range(args.repeats):
-            order = [("raw", raw), ("ours", ours)] if i % 2 == 0 else [("ours", ours), ("raw", raw)]
-            for side, engine_side in order:
-                w = engine_side.run()
-                windows.append({"repeat": i, "side": side, **w, "tokens_per_s": w["tokens"] / w["seconds"]})
-                print(windows[-1], flush=True)
-    finally:
-        ours.close()
-        raw.close()
+    with GpuBusySampler(period_s=0.05) as sampler:
+        try:
+            for i in range(args.repeats):
+                order = [("raw", raw), ("ours", ours)] if i % 2 == 0 else [("ours", ours), ("raw", raw)]
+                for side, engine_side in order:
+                    start = time.time()
+                    w = engine_side.run()
+                    busy = sampler.busy(start, time.time())
+                    windows.append({"repeat": i, "side": side, **w, "tokens_per_s": w["tokens"] / w["seconds"],
+                                    "gpu_busy": busy[0] if busy else None})
+                    print(windows[-1], flush=True)
+        finally:
+            ours.close()
+            raw.close()
     rate = {s: [w["tokens_per_s"] for w in windows if w["side"] == s] for s in ("raw", "ours")}
     ratios = [o / r for r, o in zip(rate["raw"], rate["ours"])]
-    rows = [{"engine": name, "repeats": len(rate[s]), **{f"tok_s_{k}": v for k, v in spread(rate[s]).items()}}
+    busy = {s: [w["gpu_busy"] for w in windows if w["side"] == s and w["gpu_busy"] is not None] for s in rate}
+    rows = [{"engine": name, "repeats": len(rate[s]), **{f"tok_s_{k}": v for k, v in spread(rate[s]).items()},
+             "gpu_busy": statistics.median(busy[s]) if busy[s] else None}
             for s, name in (("raw", "raw vllm.LLM.generate"), ("ours", "rayrl RolloutWorker (Ray)"))]
-    print_table(rows, ["engine", "repeats", "tok_s_median", "tok_s_min", "tok_s_max"])
+    print_table(rows, ["engine", "repeats", "tok_s_median", "tok_s_min", "tok_s_max", "gpu_busy"])
     ratio = spread(ratios)
     print(f"RolloutWorker / raw vLLM: median {ratio['median']:.3f} (min {ratio['min']:.3f}, max {ratio['max']:.3f})"
           f" over {len(ratios)} interleaved repeats (goal >= 0.95)")

@@ -32,6 +32,8 @@
 #                                 runs them on the 1.5B shape
 #                                 mfu-variants-0.5b: learner_mfu over RUNS on async_vs_sync's 0.5B batch
 #                                 profile-0.5b: learner_profile of one step at async_vs_sync's 0.5B setting
+#                                 busy-0.5b: each side's GPU busy fraction alone at that setting: learner_mfu
+#                                 without and under a CUDA MPS daemon, rollout_throughput (raw vLLM and ours)
 #                                 vs-trl: vs_trl --gpus 1, one repeat: TRL's GRPOTrainer (vLLM colocate) and rayrl at
 #                                 ETAS (default 0,4) sharing the GPU; vs-trl-reverse: the same, order reversed
 #                                 (needs benchmarks/requirements-gpu-bench.txt staged beside the project's packages)
@@ -102,6 +104,15 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
       --shape 0.5b --prompts 256 --max-tokens 128 --memory-share 0.3 --kv-cache-gb 8 --repeats 5
     CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 \
       --shape 0.5b --completion 128 --groups 32 --runs fsdp:packed:49152:compile:learner.logprob_chunk_tokens=8192 ;;
+  busy-0.5b)  # what each side keeps the GPU busy alone (NVML), the learner with and without MPS
+    for mps in "" -mps; do
+      [ -n "$mps" ] && { mps_start || return; }
+      CUDA_VISIBLE_DEVICES=0 step "learner_mfu$mps" 200 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 8 \
+        --shape 0.5b --completion 128 --groups 32 --runs fsdp:packed:49152:compile:learner.logprob_chunk_tokens=8192
+      [ -n "$mps" ] && mps_stop
+    done
+    CUDA_VISIBLE_DEVICES=0 step rollout_throughput 240 python3 -m benchmarks.rollout_throughput --commit "$commit" \
+      --shape 0.5b --prompts 256 --max-tokens 128 --memory-share 0.3 --kv-cache-gb 8 --repeats 3 ;;
   profile) CUDA_VISIBLE_DEVICES=0 step learner_profile 200 python3 -m benchmarks.learner_profile --commit "$commit" --compile true ;;
   profile-0.5b)  # the learner's step alone at async_vs_sync's 0.5B setting: what keeps the GPU idle in it
     CUDA_VISIBLE_DEVICES=0 step learner_profile 240 python3 -m benchmarks.learner_profile --commit "$commit" \
