@@ -10,7 +10,9 @@ order of the η values alternating (0,1,2,4 then 4,2,1,0, ...); medians and spre
 FSDP2 learner in bf16 (compiled), fixed-length generations (rollout.ignore_eos). One GPU: both sides share it at
 once (placement.mode=share, memory split by vllm.gpu_memory_utilization and learner.gpu_memory_fraction, weights
 over CUDA IPC); two GPUs: one each (placement.mode=split, NCCL).
-Per run, over the steps after --warmup: step time, the driver's wait for a batch (generation, rewards, hops),
+Per run, over the steps after --warmup: step time (the window's mean: the throughput a user gets; at η > 0 a
+lead the rollout built during the warm-up can carry a short window, so the table shows the window's second half
+against its first, 2nd/1st, and the JSON each step), the driver's wait for a batch (generation, rewards, hops),
 training + weight sync, each role's busy share of the step, and each GPU's busy fraction (NVML: the share of
 its sample period, 1/6 to 1 s by product, in which a kernel ran; too coarse to split a step's phases). Per repeat:
 speedup = step time at η = 0 / step time at η, and the ideal (wait + train) / max(wait, train) of that
@@ -81,8 +83,10 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
     recs = [r for r in map(json.loads, (Path(s["run_dir"]) / "metrics.jsonl").read_text().splitlines()) if "step" in r]
     kept = recs[warmup:]
     med = lambda key: statistics.median(key(r) for r in kept)  # noqa: E731
-    wait, trn, step = med(lambda r: r["wait_s"]), med(lambda r: r["train_s"] + r["sync_s"]), med(lambda r: r["step_s"])
-    busy = sampler.busy(kept[0]["time"] - kept[0]["step_s"], kept[-1]["time"])
+    wait, trn = med(lambda r: r["wait_s"]), med(lambda r: r["train_s"] + r["sync_s"])
+    start, end = kept[0]["time"] - kept[0]["step_s"], kept[-1]["time"]
+    step, busy = (end - start) / len(kept), sampler.busy(start, end)  # the window's mean: a user's throughput
+    half = len(kept) // 2  # a lead the rollout built up during the warm-up steps, running out: the second half slows
     # the strong-baseline check (η = 0, GPU): generation tokens/s over the wait (at η > 0 the wait is not the
     # generation's time), the learner's model FLOPs (6·N per token; attention of these short sequences left out)
     # over its training time
@@ -94,8 +98,13 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
             "learner_tflops": med(lambda r: 6 * n_params * r["sequence_tokens"] / r["train_s"] / 1e12)
             if n_params else None,
             "train_busy": med(lambda r: (r["train_s"] + r["sync_s"]) / r["step_s"]), "gpu_busy": busy,
-            "samples_per_s": statistics.median(r["samples"] / r["step_s"] for r in kept),
+            "samples_per_s": sum(r["samples"] for r in kept) / (end - start),
             "staleness_mean": statistics.fmean(r["staleness_mean"] for r in kept),
+            "step_median_s": med(lambda r: r["step_s"]),
+            "halves_step_s": [statistics.fmean(r["step_s"] for r in part) for part in (kept[:half], kept[half:])],
+            "per_step": [{"step_s": r["step_s"], "wait_s": r["wait_s"], "train_s": r["train_s"], "sync_s": r["sync_s"],
+                          "staleness_mean": r["staleness_mean"], "warmup": i < warmup,
+                          "gpu_busy": sampler.busy(r["time"] - r["step_s"], r["time"])} for i, r in enumerate(recs)],
             # the first rollout worker's side of each sync: its hold, vLLM's pause, the wait for its outputs
             **{k: med(lambda r: r[k]) for k in SYNC_PARTS if all(k in r for r in kept)},
             "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"]}
@@ -123,6 +132,8 @@ def summarize(runs: list[dict], etas: list[int]) -> list[dict]:
                      "train_busy": spread([r["train_busy"] for r in mine]),
                      "gpu_busy": [statistics.median(g[i] for g in gpu) for i in range(len(gpu[0]))] if gpu else None,
                      "samples_per_s": spread([r["samples_per_s"] for r in mine]),
+                     **({"late_slowdown": spread([r["halves_step_s"][1] / r["halves_step_s"][0] for r in mine])}
+                        if all("halves_step_s" in r for r in mine) else {}),
                      **{k: spread([r[k] for r in mine]) for k in PARTS if all(r.get(k) is not None for r in mine)},
                      "eval_after": spread([r["eval_after"] for r in mine])})
     return rows
@@ -135,6 +146,7 @@ def table_row(row: dict) -> dict:
            "of_bound": f"{row['of_bound']['median']:.2f}", "train_busy": f"{row['train_busy']['median']:.2f}", "samples/s": f"{row['samples_per_s']['median']:.0f}"}
     if row["eta"] == 0:  # the baseline itself
         out["speedup"] = out["of_ideal"] = out["of_bound"] = "-"
+    out["2nd/1st"] = f"{row['late_slowdown']['median']:.2f}" if "late_slowdown" in row else "-"
     out["gpu_busy"] = ",".join(f"{b:.2f}" for b in row["gpu_busy"]) if row["gpu_busy"] else "-"
     for key, short in (("gen_tokens_per_s", "gen_tok/s"), ("learner_tflops", "learn_TF/s")):
         out[short] = f"{row[key]['median']:.0f}" if key in row else "-"
@@ -206,7 +218,7 @@ def main() -> None:
                           "overrides": overrides, "steps": args.steps,
                           "warmup": args.warmup, "repeats": args.repeats, "cuda_mps": bool(args.gpus) and cuda_mps()}
     partial = None  # the runs so far, rewritten after each: a time limit cuts the benchmark, not its data
-    with GpuBusySampler() as sampler:
+    with GpuBusySampler(period_s=0.05) as sampler:
         for rep in range(args.repeats):
             for eta in (etas if (rep + args.reverse_first) % 2 == 0 else etas[::-1]):
                 run = run_once(config, overrides, eta, args.steps, args.warmup, f"async-vs-sync-{rep}-eta{eta}", sampler)
@@ -244,8 +256,8 @@ def report(etas: list[int], runs: list[dict], settings: dict, commit: str | None
                "by config)", 2: "two GPUs, one per side"}[settings["gpus"]]
     setting += "; CUDA MPS" if settings["cuda_mps"] else ""
     print_table([table_row(r) for r in rows], ["eta", "step_s", "wait_s", "train_sync_s", "speedup", "ideal", "of_ideal",
-                                               "bound", "of_bound", "train_busy", "gpu_busy", "samples/s", "gen_tok/s",
-                                               "learn_TF/s", "train/sync/pause"])
+                                               "bound", "of_bound", "train_busy", "2nd/1st", "gpu_busy", "samples/s",
+                                               "gen_tok/s", "learn_TF/s", "train/sync/pause"])
     path = write_result("async_vs_sync", {"setting": setting, **settings, "rows": rows, "runs": runs}, commit)
     png = plot(rows, runs, f"{setting}; {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each",
                path.with_suffix(".png"))

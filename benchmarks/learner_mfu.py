@@ -115,12 +115,14 @@ def main() -> None:
     groups = make_groups(args.groups, args.group_size, shape["vocab_size"], completion=args.completion)
     ray.init(address="local", num_gpus=1, include_dashboard=False)
     with GpuBusySampler(period_s=0.05) as sampler:
-        rows = [bench(run, model_dir, groups, args.steps, args.peak_tflops, shape, sampler) for run in args.runs.split(",")]
+        rows = [bench(run, model_dir, groups, args.steps, args.peak_tflops, shape, sampler)
+                for run in args.runs.split(",")]
     ray.shutdown()
     print_table(rows, ["backend", "step_s", "tokens_per_s", "tflops", "mfu", "micro_batches", "loss", "gpu_busy"])
     tokens = sum(len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples)
-    path = write_result("learner_mfu", {"model": f"qwen2-{args.shape}-shape", "completion": args.completion, "tokens_per_step": tokens,
-                                        "peak_tflops": args.peak_tflops, "cuda_mps": cuda_mps(), "rows": rows}, args.commit)
+    path = write_result("learner_mfu", {"model": f"qwen2-{args.shape}-shape", "completion": args.completion,
+                                        "tokens_per_step": tokens, "peak_tflops": args.peak_tflops,
+                                        "cuda_mps": cuda_mps(), "rows": rows}, args.commit)
     print(f"-> {path}")
 
 
