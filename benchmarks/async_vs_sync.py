@@ -52,10 +52,13 @@ MICRO_BATCHES = {"0.5b": ["learner.max_tokens_per_micro_batch=49152", "learner.l
                  "1.5b": ["learner.max_tokens_per_micro_batch=24576", "learner.logprob_chunk_tokens=24576"]}
 
 
-def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128, shape: str = "0.5b") -> list[str]:
+def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128, shape: str = "0.5b",
+                  engines: int = 1) -> list[str]:
     """The GPU setting: generation and training of comparable length, nothing that learns (random weights).
     Both sides tuned as a user would tune a synchronous run: vLLM with CUDA graphs, the learner compiled, with
-    micro-batches large enough to keep the device fed."""
+    micro-batches large enough to keep the device fed. engines > 1 (one GPU): that many vLLM engines share the
+    GPU beside the learner (placement.rollouts_per_gpu), each with a fixed KV cache (engines starting at once
+    would otherwise size theirs from each other's allocations)."""
     common = [f"cluster.n_gpus_per_node={gpus}", "rollout.engine=vllm", f"model.path={model}", "vllm.dtype=bfloat16",
               "vllm.enforce_eager=false", "vllm.max_model_len=512", "rollout.ignore_eos=true",
               f"rollout.max_new_tokens={max_new_tokens}", "rollout.batch_size=32", "rollout.group_size=8",
@@ -64,6 +67,10 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128, shape: str 
               "algorithm.dynamic_sampling=false", "data.eval_size=16", "sync.dtype=bfloat16"]
     if gpus == 1:  # at most 512 sequences decode at once: vLLM's CUDA graphs go up to 512 (above, a decode step runs
         # without them, and a sync's pause waits for such steps); at η = 0 the 256 of a step are all there is
+        if engines > 1:  # 4 GB of KV cache each holds 512 sequences of 512 tokens on the 0.5B shape
+            return common + ["placement.mode=share", "sync.transport=ipc", f"placement.rollouts_per_gpu={engines}",
+                             f"rollout.num_workers={engines}", f"vllm.gpu_memory_utilization={0.3 / engines:.3f}",
+                             "vllm.kv_cache_gb=4", "learner.gpu_memory_fraction=0.6", "vllm.max_num_seqs=512"]
         return common + ["placement.mode=share", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.3",
                          "learner.gpu_memory_fraction=0.6", "vllm.max_num_seqs=512"]
     return common + ["placement.mode=split", "sync.transport=nccl", "vllm.gpu_memory_utilization=0.85"]
@@ -191,6 +198,7 @@ def main() -> None:
     parser.add_argument("--config", default=None, help=f"default: {CPU_CONFIG} with --gpus 0, none with GPUs")
     parser.add_argument("--gpus", type=int, default=0, choices=[0, 1, 2])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b", help="with GPUs: the model's shape")
+    parser.add_argument("--engines", type=int, default=1, help="--gpus 1: vLLM engines sharing the GPU")
     parser.add_argument("--etas", default="0,1,2,4")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40)
@@ -211,7 +219,7 @@ def main() -> None:
     if args.gpus:
         model = save_random_qwen2(Path(tempfile.mkdtemp()) / f"qwen2-{args.shape}", chars=TEXT_CHARS,
                                   **SHAPES[args.shape])
-        overrides = gpu_overrides(args.gpus, model, shape=args.shape) + overrides
+        overrides = gpu_overrides(args.gpus, model, shape=args.shape, engines=args.engines) + overrides
     else:
         config = config or CPU_CONFIG
     runs, settings = [], {"gpus": args.gpus, "shape": args.shape if args.gpus else None, "config": config,

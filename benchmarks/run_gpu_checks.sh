@@ -29,7 +29,8 @@
 #                                 async-mps, async-mps-reverse: the same under a CUDA MPS daemon started for the mode
 #                                 ETAS=0,4 runs fewer η values (each run costs ~2 min of startup and steps);
 #                                 ASYNC_OVERRIDES="key=value ..." adds config overrides to both η runs; SHAPE=1.5b
-#                                 runs them on the 1.5B shape; STEPS and WARMUP (default 8 and 2) set the window
+#                                 runs them on the 1.5B shape; STEPS and WARMUP (default 8 and 2) set the window;
+#                                 ENGINES=N: N vLLM engines share the GPU (placement.rollouts_per_gpu)
 #                                 mfu-variants-0.5b: learner_mfu over RUNS on async_vs_sync's 0.5B batch
 #                                 profile-0.5b: learner_profile of one step at async_vs_sync's 0.5B setting
 #                                 busy-0.5b: each side's GPU busy fraction alone at that setting: learner_mfu
@@ -135,7 +136,7 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
     order=(); [ "${1%-reverse}" != "$1" ] && order=(--reverse-first)
     [ "${1#async-mps}" != "$1" ] && { mps_start || return; }
     CUDA_VISIBLE_DEVICES=0 step "async_vs_sync${1#async}" 580 python3 -m benchmarks.async_vs_sync --commit "$commit" \
-      --gpus 1 --shape "${SHAPE:-0.5b}" --repeats 1 --steps "${STEPS:-8}" --warmup "${WARMUP:-2}" --etas "${ETAS:-0,1,2,4}" "${order[@]}" \
+      --gpus 1 --shape "${SHAPE:-0.5b}" --engines "${ENGINES:-1}" --repeats 1 --steps "${STEPS:-8}" --warmup "${WARMUP:-2}" --etas "${ETAS:-0,1,2,4}" "${order[@]}" \
       metrics.run_dir=/tmp/async-runs ${ASYNC_OVERRIDES:-}
     [ "${1#async-mps}" != "$1" ] && mps_stop
     ;;

@@ -4,7 +4,9 @@ split:    one bundle per rollout worker (tensor_parallel_size bundles for a vLLM
           and per learner rank, plus one service bundle.
 colocate: rollout worker i and learner rank i share bundle i (each takes half of it, and on a GPU they
           take turns: the trainer puts the rollout engine to sleep while the learner trains).
-share:    the same bundles as colocate, but both run at once (asynchronous RL on one device).
+share:    the same bundles as colocate, but both run at once (asynchronous RL on one device); with
+          placement.rollouts_per_gpu = k, rollout workers k*i .. k*i+k-1 share bundle i with learner rank i
+          (the learner takes half of its GPU, each rollout worker 1/(2k)).
 The service bundle holds the reward actors, buffer and broadcaster; reward model actors (reward.model) get
 bundles of their own or grow the rollout workers' (reward.model.placement). With algorithm.type=ppo, critic rank
 i shares learner rank i's bundle: each takes half of the learner's share.
@@ -53,12 +55,14 @@ class PlacementPlan:
             if self.tp > 1:
                 raise ValueError(f"placement.mode={p.mode} supports vllm.tensor_parallel_size=1 only; "
                                  "use placement.mode=split")
-            if r.num_workers != l.num_workers or learner_only or rollout_only:
-                raise ValueError(f"placement.mode={p.mode} needs rollout.num_workers == learner.num_workers, "
-                                 f"got {r.num_workers} and {l.num_workers}")
-            self.bundles = [_bundle(r.cpus_per_worker + l.cpus_per_worker, gpu)] * r.num_workers
-            self.slots["rollout"] = self.slots["learner"] = list(range(r.num_workers))
-            self.gpus = {"rollout": gpu / 2, "learner": gpu / 2, "service": 0.0}
+            k = p.rollouts_per_gpu if p.mode == "share" else 1
+            if r.num_workers != l.num_workers * k or learner_only or rollout_only:
+                raise ValueError(f"placement.mode={p.mode} needs rollout.num_workers == learner.num_workers * "
+                                 f"placement.rollouts_per_gpu ({k}), got {r.num_workers} and {l.num_workers}")
+            self.bundles = [_bundle(k * r.cpus_per_worker + l.cpus_per_worker, gpu)] * l.num_workers
+            self.slots["rollout"] = [b for b in range(l.num_workers) for _ in range(k)]
+            self.slots["learner"] = list(range(l.num_workers))
+            self.gpus = {"rollout": gpu / (2 * k), "learner": gpu / 2, "service": 0.0}
         if cfg.algorithm.type == "ppo":
             self.slots["critic"] = self.slots["learner"]
             for k in (self.share, self.gpus):

@@ -38,6 +38,8 @@ class PlacementConfig(Section):
     mode: Literal["split", "colocate", "share"] = F("split", "split: rollout and learner on own devices; colocate: "
                                                     "worker i, rank i share one, in turns (η = 0); share: at once.")
     sleep_level: Literal[1, 2] = F(2, "colocate: 1: the sleeping vLLM keeps weights in host memory; 2: frees them.")
+    rollouts_per_gpu: int = F(1, "share: rollout workers per GPU, each its own engine and memory share (a small "
+                              "model's vLLM is bound by its host process: more engines, more cores).", ge=1)
     strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = F("PACK", "Ray's placement group strategy.")
     service_cpus: float = F(0.5, "The bundle shared by reward actors, buffer and broadcaster.", gt=0)
     ready_timeout_s: float = F(60.0, "The placement group must be placed within it, or the run stops.", gt=0)

@@ -69,18 +69,36 @@ def share_needs_ipc(c: Config) -> str | None:
 
 
 def share_memory_fits(c: Config) -> str | None:
-    both = c.vllm.gpu_memory_utilization + (c.learner.gpu_memory_fraction or 1.0)
+    k = c.placement.rollouts_per_gpu
+    both = k * c.vllm.gpu_memory_utilization + (c.learner.gpu_memory_fraction or 1.0)
     if c.placement.mode == "share" and c.on_gpu and both > 1.0:
-        return (f"placement.mode=share splits each GPU's memory: vllm.gpu_memory_utilization "
-                f"({c.vllm.gpu_memory_utilization}) + learner.gpu_memory_fraction ({c.learner.gpu_memory_fraction}; "
-                f"unset counts as 1) must be at most 1 (got {both:.2f})")
+        return (f"placement.mode=share splits each GPU's memory: placement.rollouts_per_gpu ({k}) * "
+                f"vllm.gpu_memory_utilization ({c.vllm.gpu_memory_utilization}) + learner.gpu_memory_fraction "
+                f"({c.learner.gpu_memory_fraction}; unset counts as 1) must be at most 1 (got {both:.2f})")
+    return None
+
+
+def rollouts_per_gpu_is_share(c: Config) -> str | None:
+    k, p = c.placement.rollouts_per_gpu, c.placement
+    if k > 1 and p.mode != "share":
+        return (f"placement.rollouts_per_gpu={k} puts several rollout workers beside each learner rank: it needs "
+                f"placement.mode=share (got {p.mode}); in split mode, raise rollout.num_workers instead")
+    if k > 1 and c.rollout.num_workers != k * c.learner.num_workers:
+        return (f"placement.rollouts_per_gpu={k} with learner.num_workers={c.learner.num_workers} needs "
+                f"rollout.num_workers={k * c.learner.num_workers} (got {c.rollout.num_workers})")
+    if k > 1 and c.reward.model.kind != "none" and c.reward.model.placement == "rollout":
+        return (f"placement.rollouts_per_gpu={k} leaves no room for a reward model inside a rollout worker's share: "
+                "set reward.model.placement=own")
     return None
 
 
 def ipc_needs_one_rollout_worker(c: Config) -> str | None:
-    if c.sync.transport == "ipc" and c.rollout.num_workers > 1:
-        return (f"sync.transport=ipc hands learner rank 0's weights to the rollout engine on its own GPU only: it "
-                f"needs rollout.num_workers=1 (got {c.rollout.num_workers}); with more GPUs use placement.mode=split "
+    on_one_gpu = c.placement.mode == "share" and c.learner.num_workers == 1 \
+        and c.rollout.num_workers == c.placement.rollouts_per_gpu
+    if c.sync.transport == "ipc" and c.rollout.num_workers > 1 and not on_one_gpu:
+        return (f"sync.transport=ipc hands learner rank 0's weights to rollout engines on its own GPU only: it "
+                f"needs rollout.num_workers=1 (got {c.rollout.num_workers}), or placement.mode=share with one learner "
+                "rank and placement.rollouts_per_gpu=rollout.num_workers; with more GPUs use placement.mode=split "
                 "and sync.transport=nccl")
     return None
 
@@ -224,9 +242,9 @@ def reward_model_gpus_fit(c: Config) -> str | None:
 
 RULES = (nccl_needs_gpus_and_vllm, group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
          openai_agent_needs_fn, colocate_is_synchronous, ipc_needs_a_shared_gpu, share_needs_ipc, share_memory_fits,
-         ipc_needs_one_rollout_worker, offload_optimizer_is_not_deepspeed, tensor_parallel_needs_vllm_gpus,
-         bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm, lora_keeps_the_base_asleep,
-         lora_on_gpu_vllm_is_half, elastic_fleet_fits, reward_model_template_shows_the_answer,
+         rollouts_per_gpu_is_share, ipc_needs_one_rollout_worker, offload_optimizer_is_not_deepspeed,
+         tensor_parallel_needs_vllm_gpus, bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm,
+         lora_keeps_the_base_asleep, lora_on_gpu_vllm_is_half, elastic_fleet_fits, reward_model_template_shows_the_answer,
          judge_votes_need_sampling, reward_model_fits_beside_rollout, reward_model_gpus_fit)
 
 

@@ -31,10 +31,13 @@ def test_colocated_phases_hand_over_exact_weights(ray_cluster, make_cfg):
 
 def test_shared_device_runs_asynchronously_with_fixed_lengths(ray_cluster, make_cfg):
     """placement.mode=share: one bundle for both roles, no sleeping, η = 1 admitted; rollout.ignore_eos makes
-    every training sample exactly max_new_tokens long, while evaluation still stops at EOS."""
+    every training sample exactly max_new_tokens long, while evaluation still stops at EOS. Two rollout workers
+    share the learner's bundle (placement.rollouts_per_gpu=2), each synced every step."""
     cfg = make_cfg("placement.mode=share", "rollout.max_staleness=1", "rollout.ignore_eos=true",
-                   "learner.total_steps=3", "metrics.run_name=shared")
+                   "learner.total_steps=3", "metrics.run_name=shared", "placement.rollouts_per_gpu=2",
+                   "rollout.num_workers=2")
     summary = train(cfg)
+    assert len(summary["nodes"]["rollout"]) == 2 and len(summary["nodes"]["learner"]) == 1
     steps = [r for r in map(json.loads, (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines())
              if "step" in r]
     assert [s["step"] for s in steps] == [1, 2, 3]

@@ -3,7 +3,7 @@
 import pytest
 import ray
 
-from rayrl.config import load_config
+from rayrl.config import ConfigError, load_config
 from rayrl.placement import PlacementPlan
 
 
@@ -46,3 +46,19 @@ def test_shared_plan_puts_both_roles_in_one_bundle():
     assert plan.gpus["rollout"] == plan.gpus["learner"] == 0.5
     with pytest.raises(ValueError, match="placement.mode=share needs rollout.num_workers == learner.num_workers"):
         PlacementPlan(cfg, rollout_only=True)
+
+
+def test_shared_plan_puts_several_rollout_workers_beside_a_learner_rank():
+    """placement.rollouts_per_gpu=2: rollout workers 0 and 1 with learner rank 0 in bundle 0, a quarter of its GPU
+    each and half to the learner; the bundle holds all three's CPUs; their memory shares must fit together."""
+    over = ["placement.mode=share", "cluster.n_gpus_per_node=1", "rollout.engine=vllm", "learner.backend=fsdp",
+            "sync.transport=ipc", "learner.gpu_memory_fraction=0.5", "rollout.max_staleness=1",
+            "placement.rollouts_per_gpu=2", "rollout.num_workers=2", "rollout.cpus_per_worker=2"]
+    plan = PlacementPlan(load_config(None, [*over, "vllm.gpu_memory_utilization=0.2"]))
+    assert plan.bundles[0] == {"CPU": 2 * 2 + 1, "GPU": 1.0} and len(plan.bundles) == 2
+    assert plan.slots["rollout"] == [0, 0] and plan.slots["learner"] == [0]
+    assert plan.gpus["rollout"] == 0.25 and plan.gpus["learner"] == 0.5
+    with pytest.raises(ConfigError, match=r"placement.rollouts_per_gpu \(2\) \* vllm.gpu_memory_utilization"):
+        load_config(None, [*over, "vllm.gpu_memory_utilization=0.3"])
+    with pytest.raises(ConfigError, match="needs rollout.num_workers=2"):
+        load_config(None, [*over[:-2], "rollout.num_workers=3", "vllm.gpu_memory_utilization=0.2"])

@@ -129,6 +129,8 @@ RULE_CASES = {
     "share_memory_fits": (["placement.mode=share", "cluster.n_gpus_per_node=1"],
                           ["placement.mode=share", "cluster.n_gpus_per_node=1", "learner.gpu_memory_fraction=0.15"]),
     "ipc_needs_one_rollout_worker": (["sync.transport=ipc", "rollout.num_workers=2"], ["rollout.num_workers=2"]),
+    "rollouts_per_gpu_is_share": (["placement.rollouts_per_gpu=2", "rollout.num_workers=2"],
+                                  ["placement.rollouts_per_gpu=2", "rollout.num_workers=2", "placement.mode=share"]),
     "offload_optimizer_is_not_deepspeed": (["learner.offload_optimizer=true", "learner.backend=deepspeed"],
                                            ["learner.cpu_offload=true", "learner.backend=deepspeed"]),
     "tensor_parallel_needs_vllm_gpus": (["vllm.tensor_parallel_size=2"],
