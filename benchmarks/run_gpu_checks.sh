@@ -29,14 +29,16 @@
 #                                 async-mps, async-mps-reverse: the same under a CUDA MPS daemon started for the mode
 #                                 ETAS=0,4 runs fewer η values (each run costs ~2 min of startup and steps);
 #                                 ASYNC_OVERRIDES="key=value ..." adds config overrides to both η runs; SHAPE=1.5b
-#                                 runs them on the 1.5B shape; STEPS and WARMUP (default 8 and 2) set the window;
+#                                 runs them on the 1.5B shape; STEPS and WARMUP (default 24 and 12: at η > 0 the
+#                                 rollout's lead from the warm-up must run out first) set the window;
 #                                 ENGINES=N: N vLLM engines share the GPU (placement.rollouts_per_gpu)
 #                                 mfu-variants-0.5b: learner_mfu over RUNS on async_vs_sync's 0.5B batch
 #                                 profile-0.5b: learner_profile of one step at async_vs_sync's 0.5B setting
 #                                 busy-0.5b: each side's GPU busy fraction alone at that setting: learner_mfu
 #                                 without and under a CUDA MPS daemon, rollout_throughput (raw vLLM and ours)
 #                                 vs-trl: vs_trl --gpus 1, one repeat: TRL's GRPOTrainer (vLLM colocate) and rayrl at
-#                                 ETAS (default 0,4) sharing the GPU; vs-trl-reverse: the same, order reversed
+#                                 ETAS (default 0,4) sharing the GPU; vs-trl-reverse: the same, order reversed;
+#                                 STEPS, WARMUP and ASYNC_OVERRIDES as for async
 #                                 (needs benchmarks/requirements-gpu-bench.txt staged beside the project's packages)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
@@ -136,14 +138,15 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
     order=(); [ "${1%-reverse}" != "$1" ] && order=(--reverse-first)
     [ "${1#async-mps}" != "$1" ] && { mps_start || return; }
     CUDA_VISIBLE_DEVICES=0 step "async_vs_sync${1#async}" 580 python3 -m benchmarks.async_vs_sync --commit "$commit" \
-      --gpus 1 --shape "${SHAPE:-0.5b}" --engines "${ENGINES:-1}" --repeats 1 --steps "${STEPS:-8}" --warmup "${WARMUP:-2}" --etas "${ETAS:-0,1,2,4}" "${order[@]}" \
+      --gpus 1 --shape "${SHAPE:-0.5b}" --engines "${ENGINES:-1}" --repeats 1 --steps "${STEPS:-24}" --warmup "${WARMUP:-12}" --etas "${ETAS:-0,1,2,4}" "${order[@]}" \
       metrics.run_dir=/tmp/async-runs ${ASYNC_OVERRIDES:-}
     [ "${1#async-mps}" != "$1" ] && mps_stop
     ;;
   vs-trl|vs-trl-reverse)
     order=(); [ "$1" = vs-trl-reverse ] && order=(--reverse-first)
     CUDA_VISIBLE_DEVICES=0 step vs_trl_gpu 590 python3 -m benchmarks.vs_trl --gpus 1 --commit "$commit" --repeats 1 \
-      --steps 8 --warmup 2 --etas "${ETAS:-0,4}" "${order[@]}" metrics.run_dir=/tmp/vs-trl-runs
+      --steps "${STEPS:-24}" --warmup "${WARMUP:-12}" --etas "${ETAS:-0,4}" "${order[@]}" \
+      metrics.run_dir=/tmp/vs-trl-runs ${ASYNC_OVERRIDES:-}
     ;;
   colocate|colocate-lora)
     fixtures
