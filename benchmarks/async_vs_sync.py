@@ -9,7 +9,8 @@ order of the η values alternating (0,1,2,4 then 4,2,1,0, ...); medians and spre
 --gpus 1 or 2: a Qwen2-0.5B-shaped model (--shape 1.5b: 1.5B) with random weights, vLLM rollout (CUDA graphs),
 FSDP2 learner in bf16 (compiled), fixed-length generations (rollout.ignore_eos). One GPU: both sides share it at
 once (placement.mode=share, memory split by vllm.gpu_memory_utilization and learner.gpu_memory_fraction, weights
-over CUDA IPC); two GPUs: one each (placement.mode=split, NCCL).
+over CUDA IPC; --engines N: N vLLM engines beside the learner, placement.rollouts_per_gpu); two GPUs: one each
+(placement.mode=split, NCCL).
 Per run, over the steps after --warmup: step time (the window's mean: the throughput a user gets; at η > 0 a
 lead the rollout built during the warm-up can carry a short window, so the table shows the window's second half
 against its first, 2nd/1st, and the JSON each step), the driver's wait for a batch (generation, rewards, hops),
@@ -269,6 +270,11 @@ def report(etas: list[int], runs: list[dict], settings: dict, commit: str | None
     path = write_result("async_vs_sync", {"setting": setting, **settings, "rows": rows, "runs": runs}, commit)
     png = plot(rows, runs, f"{setting}; {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each",
                path.with_suffix(".png"))
+    for r in runs:  # a window that slows down (or speeds up) as it goes was not a steady state
+        first, second = r.get("halves_step_s", (1.0, 1.0))
+        if not 0.8 <= second / first <= 1.25:
+            print(f"repeat {r['repeat']} η={r['eta']}: the window's second half ran {second / first:.2f}x the first's "
+                  "step time: not a steady state; raise --steps and --warmup")
     best = max(rows[1:], key=lambda r: r["speedup"]["median"]) if len(rows) > 1 else rows[0]
     print(f"{setting}: best η={best['eta']} speedup {best['speedup']['median']:.2f}x, "
           f"{best['of_ideal']['median']:.2f} of the ideal {best['ideal_speedup']['median']:.2f}x, "
