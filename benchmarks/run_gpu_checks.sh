@@ -138,8 +138,8 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
     order=(); [ "${1%-reverse}" != "$1" ] && order=(--reverse-first)
     [ "${1#async-mps}" != "$1" ] && { mps_start || return; }
     CUDA_VISIBLE_DEVICES=0 step "async_vs_sync${1#async}" 580 python3 -m benchmarks.async_vs_sync --commit "$commit" \
-      --gpus 1 --shape "${SHAPE:-0.5b}" --engines "${ENGINES:-1}" --repeats 1 --steps "${STEPS:-24}" --warmup "${WARMUP:-12}" --etas "${ETAS:-0,1,2,4}" "${order[@]}" \
-      metrics.run_dir=/tmp/async-runs ${ASYNC_OVERRIDES:-}
+      --gpus 1 --shape "${SHAPE:-0.5b}" --engines "${ENGINES:-1}" --repeats 1 --steps "${STEPS:-24}" \
+      --warmup "${WARMUP:-12}" --etas "${ETAS:-0,1,2,4}" "${order[@]}" metrics.run_dir=/tmp/async-runs ${ASYNC_OVERRIDES:-}
     [ "${1#async-mps}" != "$1" ] && mps_stop
     ;;
   vs-trl|vs-trl-reverse)
