@@ -90,11 +90,13 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
     s = train(cfg)
     recs = [r for r in map(json.loads, (Path(s["run_dir"]) / "metrics.jsonl").read_text().splitlines()) if "step" in r]
     kept = recs[warmup:]
+    if len(kept) < 2:
+        raise ValueError(f"{steps} steps after {warmup} warm-up leave {len(kept)}: the window needs 2 or more")
     med = lambda key: statistics.median(key(r) for r in kept)  # noqa: E731
     wait, trn = med(lambda r: r["wait_s"]), med(lambda r: r["train_s"] + r["sync_s"])
     start, end = kept[0]["time"] - kept[0]["step_s"], kept[-1]["time"]
     step, busy = (end - start) / len(kept), sampler.busy(start, end)  # the window's mean: a user's throughput
-    half = len(kept) // 2  # a lead the rollout built up during the warm-up steps, running out: the second half slows
+    half = len(kept) // 2  # a lead the rollout built during the warm-up, running out: the second half slows
     # the strong-baseline check (η = 0, GPU): generation tokens/s over the wait (at η > 0 the wait is not the
     # generation's time), the learner's model FLOPs (6·N per token; attention of these short sequences left out)
     # over its training time
@@ -213,9 +215,9 @@ def main() -> None:
     if args.merge:
         return merge(args)
     etas = [int(e) for e in args.etas.split(",")]
-    if etas[0] != 0 or args.warmup >= args.steps or args.repeats < 1:
-        parser.error("--etas must start with 0 (the synchronous baseline), --warmup must be below --steps and "
-                     "--repeats at least 1")
+    if etas[0] != 0 or args.warmup > args.steps - 2 or args.repeats < 1:
+        parser.error("--etas must start with 0 (the synchronous baseline), --steps must leave at least 2 steps "
+                     "after --warmup (the window's halves are compared) and --repeats at least 1")
     config, overrides = args.config, list(args.overrides)
     if args.gpus:
         model = save_random_qwen2(Path(tempfile.mkdtemp()) / f"qwen2-{args.shape}", chars=TEXT_CHARS,

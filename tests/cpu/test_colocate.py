@@ -38,6 +38,8 @@ def test_shared_device_runs_asynchronously_with_fixed_lengths(ray_cluster, make_
                    "rollout.num_workers=2")
     summary = train(cfg)
     assert len(summary["nodes"]["rollout"]) == 2 and len(summary["nodes"]["learner"]) == 1
+    trained = (Path(summary["run_dir"]) / "trained.jsonl").read_text().splitlines()
+    assert {w for line in trained for w in json.loads(line)["workers"]} == {"rollout-0", "rollout-1"}
     steps = [r for r in map(json.loads, (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines())
              if "step" in r]
     assert [s["step"] for s in steps] == [1, 2, 3]
