@@ -1,7 +1,7 @@
 """rayrl against TRL's GRPOTrainer on one GPU, throughput at equal work (random weights learn nothing):
 a Qwen2-0.5B-shaped model, the same char tokenizer and arithmetic prompts, 32 prompts x 8 samples a step,
 every completion exactly --tokens long (EOS ignored on both sides), lr 1e-6, no KL, bf16 compute over fp32
-weights, micro-batches of about 16k tokens on both sides.
+weights; TRL trains 64 samples (about 17k tokens) a micro-batch, rayrl packs up to 48k tokens.
 
 TRL runs as its users run it on one GPU: vLLM in colocate mode (benchmarks.trl_gpu, in a child process).
 rayrl runs placement.mode=share (vLLM and the FSDP2 learner on the GPU at once, weights over CUDA IPC) at
