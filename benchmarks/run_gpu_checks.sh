@@ -38,6 +38,7 @@
 #                                 without and under a CUDA MPS daemon, rollout_throughput (raw vLLM and ours)
 #                                 vs-trl: vs_trl --gpus 1, one repeat: TRL's GRPOTrainer (vLLM colocate) and rayrl at
 #                                 ETAS (default 0,4) sharing the GPU; vs-trl-reverse: the same, order reversed;
+#                                 vs-trl-mps, vs-trl-mps-reverse: both systems under a CUDA MPS daemon;
 #                                 STEPS, WARMUP and ASYNC_OVERRIDES as for async
 #                                 (needs benchmarks/requirements-gpu-bench.txt staged beside the project's packages)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
@@ -142,11 +143,13 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
       --warmup "${WARMUP:-12}" --etas "${ETAS:-0,1,2,4}" "${order[@]}" metrics.run_dir=/tmp/async-runs ${ASYNC_OVERRIDES:-}
     [ "${1#async-mps}" != "$1" ] && mps_stop
     ;;
-  vs-trl|vs-trl-reverse)
-    order=(); [ "$1" = vs-trl-reverse ] && order=(--reverse-first)
-    CUDA_VISIBLE_DEVICES=0 step vs_trl_gpu 590 python3 -m benchmarks.vs_trl --gpus 1 --commit "$commit" --repeats 1 \
-      --steps "${STEPS:-24}" --warmup "${WARMUP:-12}" --etas "${ETAS:-0,4}" "${order[@]}" \
+  vs-trl|vs-trl-reverse|vs-trl-mps|vs-trl-mps-reverse)
+    order=(); [ "${1%-reverse}" != "$1" ] && order=(--reverse-first)
+    [ "${1#vs-trl-mps}" != "$1" ] && { mps_start || return; }
+    CUDA_VISIBLE_DEVICES=0 step "vs_trl_gpu${1#vs-trl}" 590 python3 -m benchmarks.vs_trl --gpus 1 --commit "$commit" \
+      --repeats 1 --steps "${STEPS:-24}" --warmup "${WARMUP:-12}" --etas "${ETAS:-0,4}" "${order[@]}" \
       metrics.run_dir=/tmp/vs-trl-runs ${ASYNC_OVERRIDES:-}
+    [ "${1#vs-trl-mps}" != "$1" ] && mps_stop
     ;;
   colocate|colocate-lora)
     fixtures
@@ -183,7 +186,7 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
       vllm.enforce_eager=true metrics.run_dir=/tmp/gpu-runs metrics.progress=false checkpoint.save_final=false
     ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
-  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise-steps, bitwise, profile-bitwise, vs-trl, vs-trl-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise-steps, bitwise, profile-bitwise, vs-trl, vs-trl-reverse, vs-trl-mps, vs-trl-mps-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }
 

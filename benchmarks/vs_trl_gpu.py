@@ -28,7 +28,7 @@ import torch
 
 from benchmarks.async_vs_sync import gpu_overrides, run_once
 from benchmarks.common import outside_ray_env, print_table, spread, write_result
-from benchmarks.gpu_busy import GpuBusySampler
+from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from benchmarks.trl_gpu import MARKER
 from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
@@ -71,8 +71,9 @@ def main(args, overrides: list[str]) -> None:
                     "micro_batch": args.trl_micro_batch, "memory_share": 0.3, "lr": LR, "max_model_len": 512}
     systems = ["trl", *(f"rayrl-eta{e}" for e in etas)]
     settings = {"gpus": 1, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats, "tokens": args.tokens,
-                "trl": trl_settings, "rayrl_overrides": [o for o in gpu_overrides(1, model, args.tokens) + overrides
-                                                         if not o.startswith("model.path=")]}
+                "cuda_mps": cuda_mps(), "trl": trl_settings,
+                "rayrl_overrides": [o for o in gpu_overrides(1, model, args.tokens) + overrides
+                                    if not o.startswith("model.path=")]}
     runs, partial = [], None
     with GpuBusySampler() as sampler:
         for rep in range(args.repeats):
@@ -100,7 +101,9 @@ def main(args, overrides: list[str]) -> None:
 def merge(files: list[str], commit: str | None) -> Path:
     """The runs of several result files (same settings) as the repeats of one result."""
     parts = [json.loads(Path(f).read_text()) for f in files]
-    keys = ("steps", "warmup", "tokens", "trl", "rayrl_overrides")
+    for p in parts:  # written before the benchmark recorded it: run_gpu_checks.sh's vs-trl started no MPS daemon then
+        p.setdefault("cuda_mps", False)
+    keys = ("steps", "warmup", "tokens", "cuda_mps", "trl", "rayrl_overrides")
     if any([p[k] for k in keys] != [parts[0][k] for k in keys] for p in parts):
         raise SystemExit(f"--merge: the files differ in {keys}; only runs of one setting can be merged")
     runs, offset = [], 0
@@ -130,5 +133,6 @@ def report(systems: list[str], runs: list[dict], settings: dict, commit: str | N
     print_table([{"system": r["system"], **{k: show(r[k]) for k in ("samples_per_s", "step_s", "gpu_busy", "vs_trl")}}
                  for r in rows], ["system", "samples_per_s", "step_s", "gpu_busy", "vs_trl"])
     path = write_result("vs_trl_gpu", {**settings, "rows": rows, "runs": runs}, commit)
-    print(f"one GPU, {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each -> {path}")
+    mps = "; CUDA MPS" if settings.get("cuda_mps") else ""
+    print(f"one GPU{mps}, {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each -> {path}")
     return path
