@@ -134,5 +134,34 @@ def report(systems: list[str], runs: list[dict], settings: dict, commit: str | N
                  for r in rows], ["system", "samples_per_s", "step_s", "gpu_busy", "vs_trl"])
     path = write_result("vs_trl_gpu", {**settings, "rows": rows, "runs": runs}, commit)
     mps = "; CUDA MPS" if settings.get("cuda_mps") else ""
-    print(f"one GPU{mps}, {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each -> {path}")
+    setting = f"one GPU{mps}, {settings['repeats']} repeats, {settings['steps'] - settings['warmup']} steps each"
+    png = plot(rows, runs, f"TRL against rayrl, {settings['tokens']}-token completions; {setting}",
+               path.with_suffix(".png"))
+    print(f"{setting} -> {path}, {png}")
     return path
+
+
+def plot(rows: list[dict], runs: list[dict], title: str, out: Path) -> Path | None:
+    """Samples/s and GPU busy per system: the median as a bar, each repeat as a dot."""
+    try:
+        import matplotlib
+    except ImportError:  # a GPU host without the bench extra: --merge the JSON where it is installed
+        print("matplotlib missing: no PNG (pip install rayrl[bench])")
+        return None
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["system"] for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, key, label in zip(axes, ("samples_per_s", "gpu_busy"), ("training samples/s", "GPU busy (NVML)")):
+        ax.bar(names, [r[key]["median"] if r[key] else 0 for r in rows], color="#8cb4d8")
+        for i, name in enumerate(names):
+            mine = [r[key] for r in runs if r["system"] == name and r.get(key) is not None]
+            ax.scatter([i] * len(mine), mine, color="k", s=10)
+        ax.set_ylabel(f"{label}: median, each repeat")
+    axes[1].set_ylim(0, 1)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out)
+    return out
