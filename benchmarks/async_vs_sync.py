@@ -33,7 +33,7 @@ from pathlib import Path
 import ray
 from transformers import AutoConfig
 
-from benchmarks.common import benchmark_parser, print_table, spread, write_result
+from benchmarks.common import benchmark_parser, print_table, pyplot, spread, write_result
 from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from benchmarks.learner_mfu import SHAPES, count_params
 from rayrl.config import load_config
@@ -166,15 +166,8 @@ def table_row(row: dict) -> dict:
 
 
 def plot(rows: list[dict], runs: list[dict], title: str, out: Path) -> Path | None:
-    try:
-        import matplotlib
-    except ImportError:  # a GPU host without the bench extra: --merge the JSON where it is installed
-        print("matplotlib missing: no PNG (pip install rayrl[bench])")
+    if (plt := pyplot()) is None:
         return None
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     etas = [r["eta"] for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
     a.bar([str(e) for e in etas], [r["step_s"]["median"] for r in rows], color="#8cb4d8")

@@ -83,6 +83,20 @@ def spread(values: list[float]) -> dict | None:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
 
 
+def pyplot():
+    """matplotlib's pyplot on a file backend, or None where the bench extra is missing (a GPU host: --merge the
+    JSON where it is installed)."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib missing: no PNG (pip install rayrl[bench])")
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def print_table(rows: list[dict], columns: list[str]) -> None:
     widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
     print("  ".join(c.ljust(widths[c]) for c in columns))

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.async_vs_sync import gpu_overrides, run_once
-from benchmarks.common import outside_ray_env, print_table, spread, write_result
+from benchmarks.common import outside_ray_env, print_table, pyplot, spread, write_result
 from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from benchmarks.trl_gpu import MARKER
 from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, save_random_qwen2
@@ -143,15 +143,8 @@ def report(systems: list[str], runs: list[dict], settings: dict, commit: str | N
 
 def plot(rows: list[dict], runs: list[dict], title: str, out: Path) -> Path | None:
     """Samples/s and GPU busy per system: the median as a bar, each repeat as a dot."""
-    try:
-        import matplotlib
-    except ImportError:  # a GPU host without the bench extra: --merge the JSON where it is installed
-        print("matplotlib missing: no PNG (pip install rayrl[bench])")
+    if (plt := pyplot()) is None:
         return None
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = [r["system"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, key, label in zip(axes, ("samples_per_s", "gpu_busy"), ("training samples/s", "GPU busy (NVML)")):
