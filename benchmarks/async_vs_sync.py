@@ -33,7 +33,7 @@ from pathlib import Path
 import ray
 from transformers import AutoConfig
 
-from benchmarks.common import benchmark_parser, print_table, pyplot, spread, write_result
+from benchmarks.common import as_repeats, benchmark_parser, print_table, pyplot, spread, write_result
 from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from benchmarks.learner_mfu import SHAPES, count_params
 from rayrl.config import load_config
@@ -245,10 +245,7 @@ def merge(args) -> None:
                       for k in keys]
     if any(same(p) != same(parts[0]) for p in parts):
         raise SystemExit(f"--merge: the files differ in {keys}; only runs of one setting can be merged")
-    runs, offset = [], 0
-    for p in parts:
-        runs += [{**r, "repeat": r["repeat"] + offset} for r in p["runs"]]
-        offset += 1 + max(r["repeat"] for r in p["runs"])
+    runs, offset = as_repeats(parts)
     etas = sorted({r["eta"] for r in runs})
     report(etas, runs, {**{k: parts[0][k] for k in keys}, "repeats": offset, "merged": [p["commit"] for p in parts]},
            args.commit or parts[0]["commit"])

@@ -83,6 +83,15 @@ def spread(values: list[float]) -> dict | None:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
 
 
+def as_repeats(parts: list[dict]) -> tuple[list[dict], int]:
+    """The runs of several result files renumbered as consecutive repeats of one result, and how many repeats."""
+    runs, offset = [], 0
+    for p in parts:
+        runs += [{**r, "repeat": r["repeat"] + offset} for r in p["runs"]]
+        offset += 1 + max(r["repeat"] for r in p["runs"])
+    return runs, offset
+
+
 def pyplot():
     """matplotlib's pyplot on a file backend, or None where the bench extra is missing (a GPU host: --merge the
     JSON where it is installed)."""

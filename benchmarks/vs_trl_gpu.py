@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.async_vs_sync import gpu_overrides, run_once
-from benchmarks.common import outside_ray_env, print_table, pyplot, spread, write_result
+from benchmarks.common import as_repeats, outside_ray_env, print_table, pyplot, spread, write_result
 from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from benchmarks.trl_gpu import MARKER
 from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, save_random_qwen2
@@ -106,10 +106,7 @@ def merge(files: list[str], commit: str | None) -> Path:
     keys = ("steps", "warmup", "tokens", "cuda_mps", "trl", "rayrl_overrides")
     if any([p[k] for k in keys] != [parts[0][k] for k in keys] for p in parts):
         raise SystemExit(f"--merge: the files differ in {keys}; only runs of one setting can be merged")
-    runs, offset = [], 0
-    for p in parts:
-        runs += [{**r, "repeat": r["repeat"] + offset} for r in p["runs"]]
-        offset += 1 + max(r["repeat"] for r in p["runs"])
+    runs, offset = as_repeats(parts)
     systems = list(dict.fromkeys(r["system"] for r in sorted(runs, key=lambda r: r["system"] != "trl")))
     settings = {**{k: parts[0][k] for k in ("gpus", *keys)}, "repeats": offset, "merged": [p["commit"] for p in parts],
                 "merged_files": [Path(f).name for f in files], "measured_on": parts[0]["machine"]}
