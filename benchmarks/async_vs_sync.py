@@ -33,7 +33,7 @@ from pathlib import Path
 import ray
 from transformers import AutoConfig
 
-from benchmarks.common import as_repeats, benchmark_parser, print_table, pyplot, spread, write_result
+from benchmarks.common import as_repeats, benchmark_parser, merged_commit, print_table, pyplot, spread, write_result
 from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from benchmarks.learner_mfu import SHAPES, count_params
 from rayrl.config import load_config
@@ -248,7 +248,7 @@ def merge(args) -> None:
     runs, offset = as_repeats(parts)
     etas = sorted({r["eta"] for r in runs})
     report(etas, runs, {**{k: parts[0][k] for k in keys}, "repeats": offset, "merged": [p["commit"] for p in parts]},
-           args.commit or parts[0]["commit"])
+           args.commit or merged_commit(parts))
 
 
 def report(etas: list[int], runs: list[dict], settings: dict, commit: str | None) -> None:

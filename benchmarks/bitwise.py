@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import benchmark_parser, print_table, write_result
+from benchmarks.common import benchmark_parser, merged_commit, print_table, write_result
 from benchmarks.gpu_learner_check import mismatch
 from rayrl.config import load_config
 from rayrl.data.gsm8k import write_synthetic_gsm8k
@@ -249,7 +249,7 @@ def merge(files: list[str], commit: str | None) -> None:
         raise SystemExit("--merge: every run must leave out its warm-up steps (warmup_steps); older files do not")
     if len({p["gpu"] for p in parts}) != 1:
         raise SystemExit(f"--merge: the files ran on different GPUs: {sorted({p['gpu'] for p in parts})}")
-    report({}, [r for p in parts for r in p["runs"]], commit or parts[0]["commit"], parts[0]["gpu"],
+    report({}, [r for p in parts for r in p["runs"]], commit or merged_commit(parts), parts[0]["gpu"],
            [p["commit"] for p in parts])
 
 

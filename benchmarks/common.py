@@ -92,6 +92,11 @@ def as_repeats(parts: list[dict]) -> tuple[list[dict], int]:
     return runs, offset
 
 
+def merged_commit(parts: list[dict]) -> str:
+    """The commits that measured merged result files, each once in order: "9a2dc5c,2637b8c"."""
+    return ",".join(dict.fromkeys(p["commit"] for p in parts))
+
+
 def pyplot():
     """matplotlib's pyplot on a file backend, or None where the bench extra is missing (a GPU host: --merge the
     JSON where it is installed)."""

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.async_vs_sync import gpu_overrides, run_once
-from benchmarks.common import as_repeats, outside_ray_env, print_table, pyplot, spread, write_result
+from benchmarks.common import as_repeats, merged_commit, outside_ray_env, print_table, pyplot, spread, write_result
 from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from benchmarks.trl_gpu import MARKER
 from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, save_random_qwen2
@@ -110,7 +110,7 @@ def merge(files: list[str], commit: str | None) -> Path:
     systems = list(dict.fromkeys(r["system"] for r in sorted(runs, key=lambda r: r["system"] != "trl")))
     settings = {**{k: parts[0][k] for k in ("gpus", *keys)}, "repeats": offset, "merged": [p["commit"] for p in parts],
                 "merged_files": [Path(f).name for f in files], "measured_on": parts[0]["machine"]}
-    return report(systems, runs, settings, commit or parts[0]["commit"])
+    return report(systems, runs, settings, commit or merged_commit(parts))
 
 
 def report(systems: list[str], runs: list[dict], settings: dict, commit: str | None) -> Path:
