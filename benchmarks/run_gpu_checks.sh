@@ -58,7 +58,8 @@ step() {  # step NAME TIMEOUT_S command...: run it, log to $out/NAME.log, rememb
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   local rc=$?
   summary+=("$name rc=$rc")
-  find benchmarks/results -name '*.json' -newer "$out/.start" -exec cp {} "$out/" \;  # kept even if a later step is killed
+  find benchmarks/results \( -name '*.json' -o -name '*.png' \) -newer "$out/.start" -exec cp {} "$out/" \;  # this run's
+  # results only (not the checkout's older ones), kept even if a later step is killed
   echo "== $name rc=$rc"; quiet 8 < "$out/$name.log"
 }
 
