@@ -131,3 +131,26 @@ def test_engine_that_cannot_start_names_the_knob(system):
     worker = RolloutWorker.options(num_cpus=0.5).remote(0, cfg, system.model_path, template, None, [], 1)
     with pytest.raises(ray.exceptions.RayActorError, match="vllm.cpu_kv_cache_gb"):
         ray.get(worker.stats.remote(), timeout=300)
+
+
+def test_shutdown_returns_running_requests_aborted_with_their_tokens(system):
+    """Shutting a worker's vLLM down mid-generation (as closing a run does) hands the running request back aborted,
+    with the tokens it had, counted, instead of leaving its caller waiting; a later request fails at once, naming
+    why. Last in this module: the worker generates nothing after it."""
+    rollout = system.rollouts[0]
+    group = ray.get(rollout.generate_groups.remote(load_tasks(system.cfg.data)[0][:1], 1, 0.0))[0]
+    prompt = list(group.samples[0].prompt_ids)
+    before = ray.get(rollout.stats.remote())
+    ref = rollout.generate.remote([GenerationRequest("cut", prompt, 2, 230, 1.0, ignore_eos=True)])
+    while ray.get(rollout.stats.remote())["tokens_generated"] < before["tokens_generated"] + 4:
+        time.sleep(0.002)
+    ray.get(rollout.shutdown.remote(), timeout=120)
+    samples = ray.get(ref, timeout=60)
+    assert len(samples) == 2
+    for s in samples:
+        assert s.finish_reason == "abort" and 0 < len(s.completion_ids) < 230
+        assert len(s.logprobs) == len(s.versions) == len(s.completion_ids)
+    after = ray.get(rollout.stats.remote())
+    assert after["aborted"] == before["aborted"] + 2
+    with pytest.raises(ray.exceptions.RayTaskError, match="shut down"):
+        ray.get(rollout.generate.remote([GenerationRequest("late", prompt, 1, 4, 1.0)]), timeout=60)

@@ -9,6 +9,7 @@ thread (Ray's concurrency groups each have one) can drive it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from rayrl.types import GenerationRequest, Sample
 
 log = logging.getLogger("rayrl")
 SETTLE_TICK_S = 0.01  # after a pause, outputs already produced finish arriving within a few ticks
+SHUTDOWN_TICKS = 100  # at shutdown, aborted requests' callers get their partial samples within this many ticks
 NO_PAUSE = {"pause_engine_s": 0.0, "pause_settle_s": 0.0, "pause_queued_tokens": 0}  # an update with nothing running
 
 
@@ -103,6 +105,7 @@ class VLLMRolloutEngine:
         self.vllm, self.setup, self.tokenizer = vllm, setup, tokenizer
         self.version = 0
         self.asleep = False  # colocated: sleeping while the learner trains, until the next weight update
+        self._closed = False  # shutdown ran: vLLM and this engine's loop are stopped
         # ranks this engine adds to the weight-sync group: vLLM's workers, or (LoRA) this process
         self.sync_ranks = 1 if setup.lora is not None else vllm.tensor_parallel_size
         self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0}
@@ -157,6 +160,8 @@ class VLLMRolloutEngine:
 
     # ---- generation -------------------------------------------------------------------
     async def generate(self, requests: list[GenerationRequest]) -> list[Sample]:
+        if self._closed:  # its loop no longer runs: the call would never return
+            raise RuntimeError("this vLLM rollout engine was shut down; it generates nothing more")
         return await self._on_loop(self._generate_all(requests))
 
     async def _generate_all(self, requests: list[GenerationRequest]) -> list[Sample]:
@@ -231,7 +236,8 @@ class VLLMRolloutEngine:
 
     def stats(self) -> dict:
         """Counters plus tokens generated so far, in-flight requests included."""
-        in_flight = self._on_loop_blocking(self._tokens_in_flight())  # vLLM's request states live on the loop
+        # vLLM's request states live on the loop; after shutdown neither runs
+        in_flight = 0 if self._closed else self._on_loop_blocking(self._tokens_in_flight())
         return {**self.counts, "untracked_at_update": self._marks.untracked,
                 "tokens_generated": self.counts["tokens_done"] + in_flight}
 
@@ -306,11 +312,38 @@ class VLLMRolloutEngine:
         if self.setup.bitwise:  # the rows the sync wrote, read again now that vLLM can generate
             await self._weights.recheck(self.llm)
 
+    async def _stop_requests(self) -> None:
+        """Abort the running requests and let their callers take the partial samples (counted as aborted); then
+        stop vLLM's output handler."""
+        running = list(self._marks.marks)
+        if running:
+            log.info("vLLM shutting down: aborting %d running requests", len(running))
+            await self.llm.abort(running)
+            for _ in range(SHUTDOWN_TICKS):  # each request's generator ends at the abort's final output
+                if not self._marks.running():
+                    break
+                await asyncio.sleep(SETTLE_TICK_S)
+        handler = getattr(self.llm, "output_handler", None)  # AsyncLLM's task; started by its first request
+        if handler is not None and not handler.done():
+            handler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await handler
+
     def last_receive(self) -> dict:
         """ipc: how the last sync wrote the weights (direct or load_weights) and how long it took there."""
         return dict(self._weights.last_receive)
 
     def shutdown(self) -> None:
+        """Stop vLLM (once; later calls do nothing). Requests still running end as aborted, and its output handler
+        stops before its engine process: in vLLM's own order the handler sees the process gone and logs
+        EngineDeadError."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._on_loop_blocking(self._stop_requests())
+        except Exception as err:  # an engine process already gone: nothing left to stop, vLLM's shutdown still runs
+            log.warning("vLLM shutdown: could not stop running requests first (%s: %s)", type(err).__name__, err)
         self.llm.shutdown()
         self._weights.close()
         self._loop.call_soon_threadsafe(self._loop.stop)
