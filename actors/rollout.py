@@ -54,7 +54,7 @@ class RolloutWorker:
                                           sampling=Sampling(r.group_size, r.temperature, r.max_new_tokens, r.seed,
                                                             r.ignore_eos), **common)
         self.eval_common = common
-        self.stopped, self.joined = False, False
+        self.stopped, self.joined, self.closing = False, False, False
         self.episodes: set[asyncio.Task] = set()  # episodes running now (generation, reward, hand-over)
         self.episode_error: BaseException | None = None
         self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0, "rejected": 0}
@@ -134,17 +134,22 @@ class RolloutWorker:
     async def _episode(self, task: Task) -> None:
         """One task's episodes; the group goes to the buffer by value (it owns it from then on). Rejected
         (None): counted. Unscorable: counted as failed and generated again. A raise: the prompt is given
-        back and the loop stops with the error (never a silently lost prompt)."""
+        back and the loop stops with the error (never a silently lost prompt). Cut short by shutdown(): nothing
+        handed over, the prompt stays leased until the buffer's requeue() gives it back."""
         try:
             group = await self.workflow.arun_episode(self.train_engine, task)
         except RewardUnavailable:
             await self.buffer.fail.remote(self.index, task.id)
             return
         except Exception:
+            if self.closing:
+                return
             self.totals["errors"] += 1
             self.metrics.inc("rollout_errors_total")
             await self.buffer.requeue.remote(self.index, [task.id])
             raise
+        if self.closing:  # a truncated group is not trained: its prompt goes back to the queue
+            return
         if group is None:
             self.totals["rejected"] += 1
             self.metrics.inc("rollout_rejected_total")
@@ -241,5 +246,7 @@ class RolloutWorker:
 
     @ray.method(concurrency_group="ctrl")
     def shutdown(self) -> None:
-        """Stop the engine (vLLM's engine process with it) before the actor is killed."""
+        """Stop the engine (vLLM's engine process with it) before the actor is killed. Episodes it cuts short hand
+        nothing over: their prompts stay leased to this worker until the buffer's requeue() gives them back."""
+        self.stopped = self.closing = True
         self.engine.shutdown()
