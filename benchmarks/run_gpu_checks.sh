@@ -36,10 +36,10 @@
 #                                 profile-0.5b: learner_profile of one step at async_vs_sync's 0.5B setting
 #                                 busy-0.5b: each side's GPU busy fraction alone at that setting: learner_mfu
 #                                 without and under a CUDA MPS daemon, rollout_throughput (raw vLLM and ours)
-#                                 vs-trl: vs_trl --gpus 1, one repeat: TRL's GRPOTrainer (vLLM colocate) and rayrl at
-#                                 ETAS (default 0,4) sharing the GPU; vs-trl-reverse: the same, order reversed;
-#                                 vs-trl-mps, vs-trl-mps-reverse: both systems under a CUDA MPS daemon;
-#                                 STEPS, WARMUP and ASYNC_OVERRIDES as for async
+#                                 vs-trl: vs_trl --gpus 1, one repeat of SYSTEMS (default trl,rayrl-eta0,rayrl-eta4;
+#                                 names in benchmarks/vs_trl_gpu.py: TRL variants, rayrl ablations) on SHAPE;
+#                                 vs-trl-reverse: the same, order reversed; vs-trl-mps, vs-trl-mps-reverse: under a
+#                                 CUDA MPS daemon; STEPS, WARMUP and ASYNC_OVERRIDES as for async, LIMIT (s, 590)
 #                                 (needs benchmarks/requirements-gpu-bench.txt staged beside the project's packages)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
@@ -147,9 +147,9 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
   vs-trl|vs-trl-reverse|vs-trl-mps|vs-trl-mps-reverse)
     order=(); [ "${1%-reverse}" != "$1" ] && order=(--reverse-first)
     [ "${1#vs-trl-mps}" != "$1" ] && { mps_start || return; }
-    CUDA_VISIBLE_DEVICES=0 step "vs_trl_gpu${1#vs-trl}" 590 python3 -m benchmarks.vs_trl --gpus 1 --commit "$commit" \
-      --repeats 1 --steps "${STEPS:-24}" --warmup "${WARMUP:-12}" --etas "${ETAS:-0,4}" "${order[@]}" \
-      metrics.run_dir=/tmp/vs-trl-runs ${ASYNC_OVERRIDES:-}
+    CUDA_VISIBLE_DEVICES=0 step "vs_trl_gpu${1#vs-trl}" "${LIMIT:-590}" python3 -m benchmarks.vs_trl --gpus 1 \
+      --commit "$commit" --shape "${SHAPE:-0.5b}" --repeats 1 --steps "${STEPS:-24}" --warmup "${WARMUP:-12}" \
+      --systems "${SYSTEMS:-trl,rayrl-eta0,rayrl-eta4}" "${order[@]}" metrics.run_dir=/tmp/vs-trl-runs ${ASYNC_OVERRIDES:-}
     [ "${1#vs-trl-mps}" != "$1" ] && mps_stop
     ;;
   colocate|colocate-lora)

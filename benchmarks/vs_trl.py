@@ -198,16 +198,16 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=None, help="default 150 on CPU, 8 with --gpus 1")
     p.add_argument("--rayrl-steps", type=int, default=None, help="CPU: rayrl's steps (default: --steps)")
     p.add_argument("--eval-every", type=int, default=10)
-    p.add_argument("--systems", default="trl,rayrl-hf,rayrl-vllm")
+    p.add_argument("--systems", default=None, help="CPU default: trl,rayrl-hf,rayrl-vllm; --gpus 1 default: "
+                   "trl,rayrl-eta0,rayrl-eta4 (names: benchmarks/vs_trl_gpu.py)")
     p.add_argument("--config", choices=sorted(CONFIGS), default="arithmetic", help="CPU: the task's settings")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seeds", default="", help="CPU: one seed per repeat (learner.seed, rollout.seed, TRL's seed)")
     p.add_argument("--gpus", type=int, default=0, choices=[0, 1], help="1: throughput at equal work on one GPU "
                    "(benchmarks.vs_trl_gpu); 0: time to accuracy on CPU")
-    p.add_argument("--etas", default="0,4", help="--gpus 1: rayrl's η values")
+    p.add_argument("--shape", choices=["0.5b", "1.5b"], default="0.5b", help="--gpus 1: the model's shape")
     p.add_argument("--warmup", type=int, default=2, help="--gpus 1: first steps left out")
     p.add_argument("--tokens", type=int, default=256, help="--gpus 1: tokens per completion (EOS ignored)")
-    p.add_argument("--trl-micro-batch", type=int, default=64, help="--gpus 1: TRL's per_device_train_batch_size")
     p.add_argument("--trl-timeout", type=float, default=900.0, help="--gpus 1: seconds for one TRL run")
     p.add_argument("--reverse-first", action="store_true", help="--gpus 1: the first repeat runs the systems backwards")
     p.add_argument("--merge", nargs="+", help="--gpus 1: result JSONs of earlier invocations, merged as repeats")
@@ -220,8 +220,10 @@ def main() -> None:
             return vs_trl_gpu.merge(args.merge, args.commit)
 
         args.steps = args.steps or 8
+        args.systems = args.systems or "trl,rayrl-eta0,rayrl-eta4"
         return vs_trl_gpu.main(args, list(args.overrides))
     args.steps = args.steps or 150
+    args.systems = args.systems or "trl,rayrl-hf,rayrl-vllm"
     args.overrides = [*CONFIGS[args.config], *args.overrides]
     cfg = load_config(RECIPE, [*SAME, *args.overrides])
     model_path = demo_model(cfg)
