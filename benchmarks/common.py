@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -81,6 +82,22 @@ def write_result(name: str, payload: dict, commit_id: str | None = None, argv: l
 def spread(values: list[float]) -> dict | None:
     """Median, min and max of repeated measurements (None for none)."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
+
+
+def bootstrap_ratio(mine: list[float], theirs: list[float], draws: int = 10000, seed: int = 0) -> dict | None:
+    """median(mine) / median(theirs) and its bootstrap 90 % interval (each side's runs resampled with replacement);
+    inf stands for a run that never got there."""
+    import random
+
+    if not mine or not theirs:
+        return None
+    rng = random.Random(seed)
+
+    def ratio(a: list[float], b: list[float]) -> float:
+        top, bottom = statistics.median(a), statistics.median(b)
+        return math.inf if math.isinf(top) else top / bottom  # neither side there counts against mine
+    boot = sorted(ratio(rng.choices(mine, k=len(mine)), rng.choices(theirs, k=len(theirs))) for _ in range(draws))
+    return {"ratio": ratio(mine, theirs), "low": boot[int(0.05 * draws)], "high": boot[int(0.95 * draws) - 1]}
 
 
 def as_repeats(parts: list[dict]) -> tuple[list[dict], int]:

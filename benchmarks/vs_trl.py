@@ -3,22 +3,24 @@ size, prompts per step, learning rate, max new tokens, KL setting (none), clip r
 
 TRL runs in one process with PyTorch's generate (no vLLM); rayrl runs its recipe with the hf engine and with
 vLLM's CPU engine, asynchronous (η = 1), dynamic sampling off so the algorithms match. Held-out accuracy is
-greedy exact match on the same tasks, measured every --eval-every steps; evaluation time is left out of every
-clock. Each repeat runs the systems in turn, the order reversed every other repeat. Reported: held-out
-accuracy against training wall time (one PNG, every repeat), and per system the medians and ranges over
-repeats of the time to TRL's final accuracy (its median over repeats), wall time and samples/s. With --seeds,
-repeat i runs both systems with seed i's sampling and learner seeds, and each rayrl run is also timed to the
-final accuracy of TRL's run with the same seed (paired_vs_trl_time). --rayrl-steps lets rayrl train more steps
-than TRL (a faster step reaches TRL's accuracy within TRL's wall time only if it may keep going; its time to
-that accuracy is measured all the same). TRL is a benchmark-only extra (pip install trl), not a dependency of rayrl.
+greedy exact match on the same tasks, measured on the same schedule on both sides: every --eval-every steps of
+the same samples (the JSON's eval_every_samples); evaluation time is left out of every clock. Each repeat runs
+the systems in turn, the order reversed every other repeat; with --seeds, repeat i runs every system with seed
+i's sampling and learner seeds. The target is fixed: TRL's median final accuracy. Reported per system: the time
+to the target of each run (inf where never reached), and the median of those over TRL's median on the same
+metric, with a bootstrap 90 % interval; wall time and samples/s; held-out accuracy against training wall time
+(one PNG, every run). --rayrl-steps lets rayrl train longer than TRL (unequal: more chances to reach the target;
+the default is the same --steps on both sides). TRL is a benchmark-only extra (pip install trl).
 
-    python -m benchmarks.vs_trl [--config arithmetic|long-answers] [--steps 150] [--rayrl-steps N] [--eval-every 10]
-                                [--repeats 2] [--systems trl,rayrl-hf,rayrl-vllm] [--seeds 0,1,2]
+    python -m benchmarks.vs_trl [--config arithmetic|long-answers] [--steps 150] [--eval-every 10]
+                                [--repeats 5] [--systems trl,rayrl-hf,rayrl-vllm] [--seeds 0,1,2,3,4]
+    python -m benchmarks.vs_trl --gpus 1 ...: throughput on one GPU (benchmarks/vs_trl_gpu.py)
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import benchmark_parser, print_table, spread, write_result
+from benchmarks.common import benchmark_parser, bootstrap_ratio, print_table, spread, write_result
 from rayrl.config import Config, load_config
 from rayrl.data import load_tasks
 from rayrl.components import demo_model
@@ -240,38 +242,43 @@ def main() -> None:
             else:
                 run = run_rayrl(system.removeprefix("rayrl-"), steps, args.eval_every, [*args.overrides, *seeded])
             runs.append({"repeat": rep, "seed": seed, "steps": steps, **run, "final_accuracy": run["curve"][-1][1]})
+    report_cpu(args, cfg, systems, runs, seeds)
+
+
+def report_cpu(args, cfg: Config, systems: list[str], runs: list[dict], seeds: list[int]) -> None:
+    """Time to a fixed target (TRL's median final accuracy) on both sides on the same evaluation schedule; the
+    ratio of median times with a bootstrap 90 % interval (a run that never reaches the target counts as inf)."""
     trl = [r for r in runs if r["system"] == "trl"]
-    paired = {r["repeat"]: r for r in trl}  # each repeat's TRL run: its final accuracy and wall time
     target = statistics.median(r["final_accuracy"] for r in trl) if trl else None
-    trl_wall = statistics.median(r["wall_s"] for r in trl) if trl else None
+    to_target = {s: [math.inf if t is None else t for t in (time_to(r["curve"], target) for r in runs
+                                                           if r["system"] == s)] for s in systems}
     rows = []
     for system in systems:
         mine = [r for r in runs if r["system"] == system]
-        reached = [t for t in (time_to(r["curve"], target) for r in mine) if t is not None] if trl else []
+        reached = [t for t in to_target[system] if not math.isinf(t)]
         rows.append({"system": system, "final_accuracy": spread([r["final_accuracy"] for r in mine]),
                      "wall_s": spread([r["wall_s"] for r in mine]), "samples_per_s": spread([r["samples_per_s"] for r in mine]),
                      **{k: spread([r[k] for r in mine]) for k in ("step_s", "wait_s", "train_s", "sync_s") if k in mine[0]},
                      "reached": f"{len(reached)}/{len(mine)}", "time_to_target_s": spread(reached),
-                     "vs_trl_time": spread([t / trl_wall for t in reached])})
-        if seeds and trl:  # against the same seed's TRL run: its final accuracy within its wall time
-            ratios = [(time_to(r["curve"], paired[r["repeat"]]["final_accuracy"]), paired[r["repeat"]]["wall_s"])
-                      for r in mine]
-            rows[-1].update(paired_reached=f"{sum(t is not None for t, _ in ratios)}/{len(mine)}",
-                            paired_vs_trl_time=spread([t / wall for t, wall in ratios if t is not None]))
+                     "median_time_to_target_s": statistics.median(to_target[system]) if trl else None,
+                     "vs_trl_time_to_target": bootstrap_ratio(to_target[system], to_target["trl"]) if trl else None})
+    batch = cfg.rollout.batch_size * cfg.rollout.group_size
     path = write_result("vs_trl", {"config": args.config, "overrides": args.overrides, "steps": args.steps,
-                                   "rayrl_steps": args.rayrl_steps or args.steps,
+                                   "rayrl_steps": args.rayrl_steps or args.steps, "eval_every_steps": args.eval_every,
+                                   "eval_every_samples": args.eval_every * batch,
                                    "repeats": args.repeats, "seeds": seeds, "hyperparameters": hyperparameters(cfg),
-                                   "target": target, "trl_wall_s": trl_wall, "rows": rows, "runs": runs}, args.commit)
+                                   "target": target, "rows": rows, "runs": runs}, args.commit)
     png = plot(runs, path.with_suffix(".png"))
     print_side_by_side(hyperparameters(cfg))
-    print_table([{k: _show(v) for k, v in r.items()} for r in rows],
-                ["system", "final_accuracy", "wall_s", "samples_per_s", "step_s", "wait_s", "train_s", "reached",
-                 "time_to_target_s", "vs_trl_time", *(["paired_reached", "paired_vs_trl_time"] if seeds else [])])
-    print(f"target (TRL's median final accuracy) {target}; vs_trl_time: time to it over TRL's median wall time -> "
-          f"{path}, {png}")
+    print_table([{k: _show(v) for k, v in r.items()} for r in rows], ["system", "final_accuracy", "wall_s", "samples_per_s", "step_s", "wait_s", "train_s",
+                                  "reached", "median_time_to_target_s", "vs_trl_time_to_target"])
+    print(f"target (TRL's median final accuracy) {target}, evaluated every {args.eval_every * batch} samples on both "
+          f"sides; vs_trl_time_to_target: median time to it over TRL's, bootstrap 90 % interval -> {path}, {png}")
 
 
 def _show(v) -> str:
+    if isinstance(v, dict) and "ratio" in v:
+        return f"{v['ratio']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
     return f"{v['median']:.3f} [{v['min']:.3f}, {v['max']:.3f}]" if isinstance(v, dict) else str(v)
 
 
