@@ -167,7 +167,11 @@ def run_rayrl(backend: str, steps: int, eval_every: int, overrides: list[str]) -
     return {"system": f"rayrl-{backend}", "curve": curve, "wall_s": train_s, "samples_per_s": s["samples"] / train_s,
             # where a step goes: the driver's wait for a batch (generation not hidden), training, the weight sync
             "step_s": med("step_s"), "wait_s": med("wait_s"), "train_s": med("train_s"), "sync_s": med("sync_s"),
-            "response_len": statistics.fmean(r["response_len_mean"] for r in steps_run)}
+            "response_len": statistics.fmean(r["response_len_mean"] for r in steps_run),
+            # the rollout runs on while an evaluation is paused out of the clock: a step after one that waits less
+            # than the others would be a lead the pause handed over (none where generation is hidden anyway)
+            "wait_after_eval_s": statistics.median(b["wait_s"] for a, b in zip(records, records[1:])
+                                                   if "eval_accuracy" in a and "step" in b) if eval_every < steps else None}
 
 
 def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
