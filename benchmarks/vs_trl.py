@@ -22,26 +22,31 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import tempfile
-import time
 from pathlib import Path
-
-import torch
 
 from benchmarks.common import benchmark_parser, bootstrap_ratio, print_table, spread, write_result
 from rayrl.config import Config, load_config
-from rayrl.data import load_tasks
+from benchmarks.trl_learning import run_trl, run_trl_child
 from rayrl.components import demo_model
-from rayrl.models.tokenizer import load_tokenizer
-from rayrl.rewards.arithmetic import exact_match
-from rayrl.types import Sample, Task
 
 RECIPE = "recipes/arithmetic_grpo.yaml"
 SAME = ["algorithm.dynamic_sampling=false", "algorithm.beta=0.0"]  # what TRL's GRPOTrainer also does
 # --config: the recipe as shipped (answers of ~3 tokens), or answers of ~24 tokens (the sum written 8 times) where
 # generation is most of a step; its demo model warms up longer to start near the recipe's held-out accuracy
+# gpu-arithmetic: one GPU, sums of operands up to 499 (answers of 1-3 digits), a ~180M-parameter demo model warmed up
+# on the GPU; rayrl with four vLLM engines beside the compiled FSDP2 learner (as in vs_trl --gpus 1), TRL in the
+# variant that --systems names (vLLM colocate)
 CONFIGS = {"arithmetic": [],
-           "long-answers": ["data.answer_copies=8", "rollout.max_new_tokens=32", "demo.warmup_steps=600"]}
+           "long-answers": ["data.answer_copies=8", "rollout.max_new_tokens=32", "demo.warmup_steps=600"],
+           "gpu-arithmetic": [
+               "demo.device=cuda", "demo.hidden_size=1024", "demo.num_layers=16", "demo.num_heads=16",
+               "demo.num_kv_heads=4", "demo.intermediate_size=2816", "demo.max_position_embeddings=64",
+               "demo.warmup_steps=300", "demo.warmup_batch_size=256", "demo.warmup_lr=3e-4", "data.max_operand=499",
+               "rollout.max_new_tokens=8", "learner.lr=1e-5", "cluster.n_gpus_per_node=1", "vllm.dtype=bfloat16",
+               "vllm.enforce_eager=false", "vllm.max_model_len=64", "learner.backend=fsdp", "learner.dtype=bfloat16",
+               "learner.compile=true", "learner.max_tokens_per_micro_batch=16384", "sync.dtype=bfloat16",
+               "placement.mode=share", "sync.transport=ipc", "placement.rollouts_per_gpu=4", "rollout.num_workers=4",
+               "vllm.gpu_memory_utilization=0.075", "vllm.kv_cache_gb=2", "learner.gpu_memory_fraction=0.6"]}
 
 
 def hyperparameters(cfg: Config) -> dict:
@@ -72,77 +77,10 @@ def print_side_by_side(hp: dict) -> None:
                  for k, v in hp.items()], ["hyperparameter", "TRL GRPOConfig", "rayrl config", "value"])
 
 
-def _correct(text: str, ended: bool, task: Task) -> float:
-    """The recipe's own reward (rayrl.rewards.arithmetic.exact_match) on a completion's text."""
-    sample = Sample("", [], [], [], [], "stop" if ended else "length", text=text)
-    return exact_match(sample, task).reward
-
-
-def greedy_accuracy(model, tokenizer, tasks, max_new_tokens: int) -> float:
-    """Held-out exact match with greedy decoding (rayrl's evaluation: a clean stop and the right integer)."""
-    prompts = [[tokenizer.bos_token_id, *tokenizer.encode(t.prompt, add_special_tokens=False)] for t in tasks]
-    width = max(map(len, prompts))
-    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)[:, width:]
-    hits = 0.0
-    for row, task in zip(out.tolist(), tasks):
-        ended = tokenizer.eos_token_id in row
-        row = row[: row.index(tokenizer.eos_token_id)] if ended else row
-        hits += _correct(tokenizer.decode(row, skip_special_tokens=True), ended, task)
-    return hits / len(tasks)
-
-
-def run_trl(cfg: Config, model_path: Path, steps: int, eval_every: int) -> dict:
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    torch.set_num_threads(2)
-    hp, tokenizer = hyperparameters(cfg), load_tokenizer(str(model_path))
-    train_tasks, eval_tasks = load_tasks(cfg.data)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    rows = [{"prompt": tokenizer.bos_token + t.prompt, "task": t.id} for t in train_tasks]
-    by_id = {t.id: t for t in train_tasks}
-
-    def reward(completions, completion_ids, task, **_):
-        return [_correct(c, bool(ids) and ids[-1] == tokenizer.eos_token_id, by_id[t])
-                for c, ids, t in zip(completions, completion_ids, task)]
-
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(), max_steps=steps, per_device_train_batch_size=hp["prompts_per_step"]
-                      * hp["group_size"], num_generations=hp["group_size"], max_completion_length=hp["max_new_tokens"],
-                      temperature=hp["temperature"], learning_rate=hp["lr"], lr_scheduler_type="constant",
-                      warmup_steps=hp["warmup_steps"], max_grad_norm=hp["grad_clip"], weight_decay=hp["weight_decay"],
-                      beta=hp["beta"], epsilon=hp["clip"][0], epsilon_high=hp["clip"][1], loss_type="dapo",
-                      scale_rewards="group", seed=hp["seed"], use_cpu=True, bf16=False, report_to=[],
-                      save_strategy="no", logging_steps=steps, disable_tqdm=True,
-                      gradient_checkpointing=hp["activation_checkpointing"])
-    curve, clock = [], {"train": 0.0, "since": 0.0}
-
-    class HeldOut(TrainerCallback):
-        """Accuracy every eval_every steps on the training clock (evaluation paused out of it)."""
-
-        def on_train_begin(self, *_, **__):
-            curve.append((0.0, greedy_accuracy(model, tokenizer, eval_tasks, hp["max_new_tokens"])))
-            clock["since"] = time.perf_counter()
-
-        def on_step_end(self, _args, state, *_, **__):
-            if state.global_step % eval_every == 0 or state.global_step == steps:
-                clock["train"] += time.perf_counter() - clock["since"]
-                curve.append((clock["train"], greedy_accuracy(model, tokenizer, eval_tasks, hp["max_new_tokens"])))
-                clock["since"] = time.perf_counter()
-
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer, callbacks=[HeldOut()])
-    trainer.train()
-    samples = steps * hp["prompts_per_step"] * hp["group_size"]
-    return {"system": "trl", "curve": curve, "wall_s": clock["train"], "samples_per_s": samples / clock["train"],
-            "step_s": clock["train"] / steps}
-
-
-def run_rayrl(backend: str, steps: int, eval_every: int, overrides: list[str]) -> dict:
+def run_rayrl(system: str, steps: int, eval_every: int, overrides: list[str]) -> dict:
+    """rayrl-hf, rayrl-vllm, or either with -etaN (rollout.max_staleness; the recipe's own otherwise)."""
+    backend, _, eta = system.removeprefix("rayrl-").partition("-eta")
+    overrides = [*overrides, *([f"rollout.max_staleness={int(eta)}"] if eta else [])]
     import ray
 
     from rayrl.driver import start_ray
@@ -150,7 +88,7 @@ def run_rayrl(backend: str, steps: int, eval_every: int, overrides: list[str]) -
 
     cfg = load_config(RECIPE, [*SAME, *overrides, f"rollout.engine={backend}", f"learner.total_steps={steps}",
                                f"eval.every_steps={eval_every}", "metrics.progress=false",
-                               "checkpoint.save_final=false", "checkpoint.every_steps=0", f"metrics.run_name=vs-trl-{backend}",
+                               "checkpoint.save_final=false", "checkpoint.every_steps=0", f"metrics.run_name=vs-{system}",
                                "scheduler.include_dashboard=false"])
     start_ray(cfg.scheduler, 3)
     try:
@@ -164,7 +102,7 @@ def run_rayrl(backend: str, steps: int, eval_every: int, overrides: list[str]) -
     curve.append((train_s, s["eval_accuracy_after"]))
     steps_run = [r for r in records if "step" in r][3:]  # after the first steps' warm-up
     med = lambda key: statistics.median(r[key] for r in steps_run)  # noqa: E731
-    return {"system": f"rayrl-{backend}", "curve": curve, "wall_s": train_s, "samples_per_s": s["samples"] / train_s,
+    return {"system": system, "curve": curve, "wall_s": train_s, "samples_per_s": s["samples"] / train_s,
             # where a step goes: the driver's wait for a batch (generation not hidden), training, the weight sync
             "step_s": med("step_s"), "wait_s": med("wait_s"), "train_s": med("train_s"), "sync_s": med("sync_s"),
             "response_len": statistics.fmean(r["response_len_mean"] for r in steps_run),
@@ -239,12 +177,15 @@ def main() -> None:
         seed = seeds[rep % len(seeds)] if seeds else cfg.learner.seed
         seeded = [f"learner.seed={seed}", f"rollout.seed={seed}"] if seeds else []
         for system in (systems if rep % 2 == 0 else systems[::-1]):
-            steps = args.steps if system == "trl" else args.rayrl_steps or args.steps
-            if system == "trl":
-                run = run_trl(load_config(RECIPE, [*SAME, *args.overrides, *seeded]), model_path, args.steps,
-                              args.eval_every)
+            steps = args.steps if system.startswith("trl") else args.rayrl_steps or args.steps
+            if system.startswith("trl"):
+                trl_overrides = [*SAME, *args.overrides, *seeded]
+                trl_cfg = load_config(RECIPE, trl_overrides)
+                trl = run_trl_child if trl_cfg.on_gpu else (lambda _recipe, _ovr, *rest: run_trl(trl_cfg, *rest))
+                run = trl(RECIPE, trl_overrides, hyperparameters(trl_cfg), model_path, args.steps, args.eval_every,
+                          system)
             else:
-                run = run_rayrl(system.removeprefix("rayrl-"), steps, args.eval_every, [*args.overrides, *seeded])
+                run = run_rayrl(system, steps, args.eval_every, [*args.overrides, *seeded])
             runs.append({"repeat": rep, "seed": seed, "steps": steps, **run, "final_accuracy": run["curve"][-1][1]})
     report_cpu(args, cfg, systems, runs, seeds)
 
@@ -252,7 +193,8 @@ def main() -> None:
 def report_cpu(args, cfg: Config, systems: list[str], runs: list[dict], seeds: list[int]) -> None:
     """Time to a fixed target (TRL's median final accuracy) on both sides on the same evaluation schedule; the
     ratio of median times with a bootstrap 90 % interval (a run that never reaches the target counts as inf)."""
-    trl = [r for r in runs if r["system"] == "trl"]
+    trl_name = next((s for s in systems if s.startswith("trl")), None)  # the one TRL system timed against
+    trl = [r for r in runs if r["system"] == trl_name]
     target = statistics.median(r["final_accuracy"] for r in trl) if trl else None
     to_target = {s: [math.inf if t is None else t for t in (time_to(r["curve"], target) for r in runs
                                                            if r["system"] == s)] for s in systems}
@@ -265,7 +207,7 @@ def report_cpu(args, cfg: Config, systems: list[str], runs: list[dict], seeds: l
                      **{k: spread([r[k] for r in mine]) for k in ("step_s", "wait_s", "train_s", "sync_s") if k in mine[0]},
                      "reached": f"{len(reached)}/{len(mine)}", "time_to_target_s": spread(reached),
                      "median_time_to_target_s": statistics.median(to_target[system]) if trl else None,
-                     "vs_trl_time_to_target": bootstrap_ratio(to_target[system], to_target["trl"]) if trl else None})
+                     "vs_trl_time_to_target": bootstrap_ratio(to_target[system], to_target[trl_name]) if trl else None})
     batch = cfg.rollout.batch_size * cfg.rollout.group_size
     path = write_result("vs_trl", {"config": args.config, "overrides": args.overrides, "steps": args.steps,
                                    "rayrl_steps": args.rayrl_steps or args.steps, "eval_every_steps": args.eval_every,

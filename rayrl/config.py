@@ -69,6 +69,7 @@ class DemoConfig(Section):
     judge_warmup_steps: int = F(3000, "Supervised steps of the demo judge or scorer on synthetic verdicts.", ge=0)
     judge_warmup_lr: float = F(3e-4, "Their learning rate (1e-3 stalled at 0.7 of held-out verdicts right).", gt=0)
     seed: int = F(0, "Initialisation and warm-up seed.")
+    device: Literal["cpu", "cuda"] = F("cpu", "Where the warm-up runs; cuda (bf16 autocast) for the larger shapes.")
     cache_dir: str = F("~/.cache/rayrl/models", "Built models are cached here by a hash of their settings.")
 
 

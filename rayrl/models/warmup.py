@@ -55,18 +55,27 @@ def _batch(pad_id: int, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def supervised_warmup(model, tokenizer, tasks: list[Task] | list[Row], cfg: DemoConfig) -> list[float]:
-    """cfg.warmup_steps of next-token cross-entropy on answers (tasks) or labelled rows; returns the loss curve."""
+    """cfg.warmup_steps of next-token cross-entropy on answers (tasks) or labelled rows on cfg.device (fp32
+    weights; bf16 autocast on CUDA); the model comes back on the CPU. Returns the loss curve."""
     rows = task_rows(tokenizer, tasks) if tasks and isinstance(tasks[0], Task) else tasks
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("demo.device=cuda, but this process sees no CUDA device; set demo.device=cpu")
     rng = random.Random(cfg.seed)
+    model.to(cfg.device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.warmup_lr)
     model.train()
     losses = []
     for _ in range(cfg.warmup_steps):
-        ids, lab = _batch(tokenizer.pad_token_id, rng.sample(rows, min(cfg.warmup_batch_size, len(rows))))
-        loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=lab).loss
+        ids, lab = (t.to(cfg.device) for t in _batch(tokenizer.pad_token_id,
+                                                     rng.sample(rows, min(cfg.warmup_batch_size, len(rows)))))
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.device == "cuda"):
+            loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=lab).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
     model.eval()
+    model.to("cpu")
+    if cfg.device == "cuda":
+        torch.cuda.empty_cache()  # the engines and the learner that start next get the memory back
     return losses
