@@ -149,7 +149,8 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
     [ "${1#vs-trl-mps}" != "$1" ] && { mps_start || return; }
     CUDA_VISIBLE_DEVICES=0 step "vs_trl_gpu${1#vs-trl}" "${LIMIT:-590}" python3 -m benchmarks.vs_trl --gpus 1 \
       --commit "$commit" --shape "${SHAPE:-0.5b}" --repeats 1 --steps "${STEPS:-24}" --warmup "${WARMUP:-12}" \
-      --systems "${SYSTEMS:-trl,rayrl-eta0,rayrl-eta4}" "${order[@]}" metrics.run_dir=/tmp/vs-trl-runs ${ASYNC_OVERRIDES:-}
+      --systems "${SYSTEMS:-trl,rayrl-eta0,rayrl-eta4}" "${order[@]}" metrics.run_dir=/tmp/vs-trl-runs \
+      ${ASYNC_OVERRIDES:-}
     [ "${1#vs-trl-mps}" != "$1" ] && mps_stop
     ;;
   colocate|colocate-lora)

@@ -6,9 +6,10 @@ vs_trl --gpus 1 runs this in a child process (vLLM's memory leaves with it) and 
 
 SETTINGS_JSON: steps, prompts, group_size, max_new_tokens, lr, max_model_len and a variant's settings (variant()):
 micro_batch, memory_share, detokenize, liger, compile, is_correction, generation_batch_size (bf16: false on a CPU,
-where TRL's weight sync into vLLM's CPU build 0.27.1 fails in vLLM's loader: 'Parameter' has no weight_loader). Every completion runs to max_new_tokens (ignore_eos through
-vLLM's sampling parameters), as on rayrl's side. Each step's end and each call of TRL's phases (generation,
-weight sync, its whole rollout: generation, rewards and the no-grad log-prob pass) is timed and returned.
+where TRL's weight sync into vLLM's CPU build 0.27.1 fails in vLLM's loader: 'Parameter' has no weight_loader).
+Every completion runs to max_new_tokens (ignore_eos through vLLM's sampling parameters), as on rayrl's side.
+Each step's end and each call of TRL's phases (generation, weight sync, its whole rollout: generation, rewards
+and the no-grad log-prob pass) is timed and returned.
 """
 
 from __future__ import annotations
@@ -52,6 +53,16 @@ def variant(name: str) -> dict:
     return out
 
 
+def colocate_args(v: dict, samples: int, max_model_len: int, sampling: dict | None = None) -> dict:
+    """GRPOConfig's arguments for a variant's settings: vLLM colocate, micro-batches accumulated to `samples`."""
+    return dict(per_device_train_batch_size=v["micro_batch"], gradient_accumulation_steps=samples // v["micro_batch"],
+                generation_batch_size=v["generation_batch_size"], use_vllm=True, vllm_mode="colocate",
+                vllm_gpu_memory_utilization=v["memory_share"], vllm_max_model_length=max_model_len,
+                generation_kwargs={**(sampling or {}), **({} if v["detokenize"] else {"detokenize": False})},
+                vllm_importance_sampling_correction=v["is_correction"], use_liger_kernel=v["liger"],
+                torch_compile=v["compile"])
+
+
 def versions() -> dict:
     """The versions of what both sides run on (recorded beside every result)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -91,18 +102,12 @@ def run(model_dir: str, s: dict) -> dict:
     tasks = load_tasks(DataConfig())[0]
     rows = [{"prompt": tokenizer.bos_token + t.prompt} for t in tasks]
     samples = s["prompts"] * s["group_size"]
-    sampling = {"ignore_eos": True, **({} if s["detokenize"] else {"detokenize": False})}
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(), max_steps=s["steps"], per_device_train_batch_size=s["micro_batch"],
-        gradient_accumulation_steps=samples // s["micro_batch"], num_generations=s["group_size"],
-        generation_batch_size=s["generation_batch_size"],
+        output_dir=tempfile.mkdtemp(), max_steps=s["steps"], num_generations=s["group_size"],
         max_completion_length=s["max_new_tokens"], temperature=1.0, learning_rate=s["lr"], lr_scheduler_type="constant",
         beta=0.0, loss_type="dapo", scale_rewards="group", bf16=s.get("bf16", True), gradient_checkpointing=False,
-        use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=s["memory_share"],
-        vllm_max_model_length=s["max_model_len"], generation_kwargs=sampling,
-        vllm_importance_sampling_correction=s["is_correction"], use_liger_kernel=s["liger"],
-        torch_compile=s["compile"], report_to=[], save_strategy="no", logging_steps=s["steps"], disable_tqdm=True,
-        seed=0)
+        report_to=[], save_strategy="no", logging_steps=s["steps"], disable_tqdm=True, seed=0,
+        **colocate_args(s, samples, s["max_model_len"], {"ignore_eos": True}))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     ends: list[float] = []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.trl_gpu import variant
+from benchmarks.trl_gpu import colocate_args, variant
 from rayrl.config import Config
 from rayrl.data import load_tasks
 from rayrl.models.tokenizer import load_tokenizer
@@ -87,13 +87,7 @@ def run_trl(cfg: Config, hp: dict, model_path: Path, steps: int, eval_every: int
                 for c, ids, t in zip(completions, completion_ids, task)]
 
     if gpu:
-        v = variant(system)
-        device = dict(per_device_train_batch_size=v["micro_batch"], gradient_accumulation_steps=batch // v["micro_batch"],
-                      generation_batch_size=v["generation_batch_size"], bf16=True, use_vllm=True, vllm_mode="colocate",
-                      vllm_gpu_memory_utilization=v["memory_share"], vllm_max_model_length=cfg.vllm.max_model_len,
-                      generation_kwargs={} if v["detokenize"] else {"detokenize": False},
-                      vllm_importance_sampling_correction=v["is_correction"], use_liger_kernel=v["liger"],
-                      torch_compile=v["compile"])
+        device = dict(bf16=True, **colocate_args(variant(system), batch, cfg.vllm.max_model_len))
     else:
         device = dict(per_device_train_batch_size=batch, use_cpu=True, bf16=False)
     args = GRPOConfig(output_dir=tempfile.mkdtemp(), max_steps=steps, num_generations=hp["group_size"],

@@ -88,7 +88,8 @@ def run_rayrl(system: str, steps: int, eval_every: int, overrides: list[str]) ->
 
     cfg = load_config(RECIPE, [*SAME, *overrides, f"rollout.engine={backend}", f"learner.total_steps={steps}",
                                f"eval.every_steps={eval_every}", "metrics.progress=false",
-                               "checkpoint.save_final=false", "checkpoint.every_steps=0", f"metrics.run_name=vs-{system}",
+                               "checkpoint.save_final=false", "checkpoint.every_steps=0",
+                               f"metrics.run_name=vs-{system}",
                                "scheduler.include_dashboard=false"])
     start_ray(cfg.scheduler, 3)
     try:
@@ -108,8 +109,9 @@ def run_rayrl(system: str, steps: int, eval_every: int, overrides: list[str]) ->
             "response_len": statistics.fmean(r["response_len_mean"] for r in steps_run),
             # the rollout runs on while an evaluation is paused out of the clock: a step after one that waits less
             # than the others would be a lead the pause handed over (none where generation is hidden anyway)
-            "wait_after_eval_s": statistics.median(b["wait_s"] for a, b in zip(records, records[1:])
-                                                   if "eval_accuracy" in a and "step" in b) if eval_every < steps else None}
+            "wait_after_eval_s": statistics.median(
+                b["wait_s"] for a, b in zip(records, records[1:]) if "eval_accuracy" in a and "step" in b)
+            if eval_every < steps else None}
 
 
 def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
@@ -216,8 +218,9 @@ def report_cpu(args, cfg: Config, systems: list[str], runs: list[dict], seeds: l
                                    "target": target, "rows": rows, "runs": runs}, args.commit)
     png = plot(runs, path.with_suffix(".png"))
     print_side_by_side(hyperparameters(cfg))
-    print_table([{k: _show(v) for k, v in r.items()} for r in rows], ["system", "final_accuracy", "wall_s", "samples_per_s", "step_s", "wait_s", "train_s",
-                                  "reached", "median_time_to_target_s", "vs_trl_time_to_target"])
+    columns = ["system", "final_accuracy", "wall_s", "samples_per_s", "step_s", "wait_s", "train_s", "reached",
+               "median_time_to_target_s", "vs_trl_time_to_target"]
+    print_table([{k: _show(v) for k, v in r.items()} for r in rows], columns)
     print(f"target (TRL's median final accuracy) {target}, evaluated every {args.eval_every * batch} samples on both "
           f"sides; vs_trl_time_to_target: median time to it over TRL's, bootstrap 90 % interval -> {path}, {png}")
 

@@ -103,9 +103,11 @@ def main(args, overrides: list[str]) -> None:
             per_system[system] = {**common, **variant(system)}
         else:
             eta, ovr = rayrl_overrides(system, model, args.tokens, args.shape)
-            per_system[system] = {"eta": eta, "overrides": [o for o in ovr + overrides if not o.startswith("model.")]}
+            per_system[system] = {"eta": eta, "overrides": ovr + overrides}
     settings = {"gpus": 1, "shape": args.shape, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
-                "tokens": args.tokens, "cuda_mps": cuda_mps(), "systems": per_system}
+                "tokens": args.tokens, "cuda_mps": cuda_mps(),  # the model's temporary path left out: files merge
+                "systems": {n: {**v, "overrides": [o for o in v["overrides"] if not o.startswith("model.")]}
+                            if "overrides" in v else v for n, v in per_system.items()}}
     runs, partial = [], None
     with GpuBusySampler() as sampler:
         for rep in range(args.repeats):
@@ -114,8 +116,8 @@ def main(args, overrides: list[str]) -> None:
                     if system.startswith("trl"):
                         run = run_trl(model, per_system[system], args.warmup, sampler, args.trl_timeout)
                     else:
-                        eta, ovr = rayrl_overrides(system, model, args.tokens, args.shape)
-                        run = run_rayrl(eta, ovr + overrides, args, f"vs-trl-gpu-{rep}-{system}", sampler)
+                        mine = per_system[system]
+                        run = run_rayrl(mine["eta"], mine["overrides"], args, f"vs-trl-gpu-{rep}-{system}", sampler)
                 except (RuntimeError, subprocess.TimeoutExpired) as err:  # reported and kept; the others still run
                     print(f"repeat {rep} {system} failed: {err}", flush=True)
                     runs.append({"repeat": rep, "system": system, "error": str(err)})
@@ -182,7 +184,8 @@ def report(runs: list[dict], settings: dict, commit: str | None) -> Path:
     show = lambda s: "-" if s is None else f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]"  # noqa: E731
     short = lambda s: "-" if s is None else f"{s['median']:.2f}"  # noqa: E731
     print_table([{"system": r["system"] + (" (best TRL)" if r["best_trl"] else ""), "runs": r["runs"],
-                  **{k: show(r[k]) for k in ("samples_per_s", "step_s", "vs_best_trl")}, "gpu_busy": short(r["gpu_busy"]),
+                  **{k: show(r[k]) for k in ("samples_per_s", "step_s", "vs_best_trl")},
+                  "gpu_busy": short(r["gpu_busy"]),
                   "gen/sync/rollout": "/".join(short(r[k]) for k in ("generate_s", "sync_s", "rollout_s")),
                   "wait/train+sync": "/".join(short(r[k]) for k in ("wait_s", "train_sync_s"))} for r in rows],
                 ["system", "runs", "samples_per_s", "step_s", "vs_best_trl", "gpu_busy", "gen/sync/rollout",
