@@ -14,7 +14,7 @@ import time
 import ray
 
 from rayrl.config import Config
-from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
+from rayrl.engines.registry import transport_plan
 from rayrl.engines.transport.base import GroupInfo
 from rayrl.engines.transport.topology import topology
 from rayrl.faults import LearnerFailed, RolloutFailed, wait_all
@@ -29,7 +29,7 @@ class WeightBroadcaster:
         self.cfg, self.learners, self.rollouts, self.buffer = cfg, learner_group, rollouts, buffer
         self.version = version
         self.plan = None
-        self.collective = resolve(WEIGHT_TRANSPORTS, cfg.sync.transport, "sync.transport").collective
+        self.collective = transport_plan(cfg.sync.transport).collective
         self.names = [f"rollout-{i}" for i in range(len(rollouts))]
 
     def setup(self) -> dict:

@@ -14,7 +14,7 @@ from rayrl import components
 from rayrl.batching import batch_stats, collate, completion_values, place_completion_values
 from rayrl.config import Config
 from rayrl.engines.device_memory import PeakMemory
-from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
+from rayrl.engines.registry import transport_plan
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan_buckets
 from rayrl.group_refs import get_groups
 from rayrl.metrics import merge_rank_stats
@@ -92,9 +92,8 @@ class LearnerWorker:
         return sum(s.nbytes for s in self._on_the_wire(self.learner.backend.weight_specs()))
 
     def init_weight_sync(self, group_info: GroupInfo) -> None:
-        self.transport = resolve(WEIGHT_TRANSPORTS, self.cfg.sync.transport, "sync.transport")()
-        if self.cfg.sync.transport == "ipc":  # the receivers read this rank's parameters themselves, if they can
-            self.transport.in_place = self.learner.weights_in_place()
+        # in place: the receivers may read this rank's parameters where they are (a transport that can uses it)
+        self.transport = transport_plan(self.cfg.sync.transport).sender(in_place=self.learner.weights_in_place())
         self.transport.init(group_info)
 
     def send_weights(self, plan: BucketPlan | None = None):

@@ -318,7 +318,8 @@ class AlgorithmConfig(Section):
 class SyncConfig(Section):
     """Weight sync from the learner to the rollout engines."""
 
-    transport: Literal["gloo", "nccl", "ipc"] = F("gloo", "gloo: CPU; nccl: GPUs; ipc: both sides on one GPU.")
+    transport: str = F("gloo", "gloo: CPU; nccl: GPUs; ipc: both sides on one GPU; or a TransportPlan by import "
+                               "string (module:NAME, docs/design.md).")
     dtype: Literal["learner", "float32", "bfloat16", "float16"] = F("learner", "The dtype weights travel in.")
     bucket_mb: float = F(256.0, "Packed-buffer size.", gt=0)
     timeout_s: float = F(120.0, "Each part of a sync must finish within it.", gt=0)

@@ -9,10 +9,20 @@ if TYPE_CHECKING:
     from rayrl.config import Config
 
 
-def nccl_needs_gpus_and_vllm(c: Config) -> str | None:
-    if c.sync.transport == "nccl" and not (c.on_gpu and c.rollout.engine == "vllm"):
-        return ("sync.transport=nccl needs GPUs (cluster.n_gpus_per_node > 0) and rollout.engine=vllm; on CPU or "
-                "with rollout.engine=hf use sync.transport=gloo")
+def transport_fits(c: Config) -> str | None:
+    """sync.transport's own requirements (each transport owns them: rayrl.engines.transport), and an engine-process
+    receiver wherever the weights arrive in the engine's process (the hf engine, vLLM's LoRA adapters)."""
+    from rayrl.engines.registry import transport_plan
+
+    try:
+        plan = transport_plan(c.sync.transport)
+    except ValueError as err:
+        return str(err)
+    if (why := plan.requirements(c)) is not None:
+        return why
+    if plan.receiver() is None and (c.rollout.engine == "hf" or c.lora.enabled):
+        return (f"sync.transport={c.sync.transport} reaches vLLM's workers only; with rollout.engine=hf or "
+                "lora.enabled the weights arrive in the engine's own process: use sync.transport=gloo or ipc")
     return None
 
 
@@ -54,20 +64,6 @@ def colocate_is_synchronous(c: Config) -> str | None:
     return None
 
 
-def ipc_needs_a_shared_gpu(c: Config) -> str | None:
-    if c.sync.transport == "ipc" and not (c.on_gpu and c.placement.mode in ("colocate", "share")):
-        return ("sync.transport=ipc hands weights over inside one GPU: it needs GPUs (cluster.n_gpus_per_node > 0) "
-                "and placement.mode=colocate or share; otherwise use nccl or gloo")
-    return None
-
-
-def share_needs_ipc(c: Config) -> str | None:
-    if c.placement.mode == "share" and c.on_gpu and c.rollout.engine == "vllm" and c.sync.transport == "nccl":
-        return ("placement.mode=share puts the learner and the rollout engine on one GPU, where NCCL cannot form a "
-                "group (one device, two ranks): set sync.transport=ipc")
-    return None
-
-
 def share_memory_fits(c: Config) -> str | None:
     k = c.placement.rollouts_per_gpu
     both = k * c.vllm.gpu_memory_utilization + (c.learner.gpu_memory_fraction or 1.0)
@@ -89,17 +85,6 @@ def rollouts_per_gpu_is_share(c: Config) -> str | None:
     if k > 1 and c.reward.model.kind != "none" and c.reward.model.placement == "rollout":
         return (f"placement.rollouts_per_gpu={k} leaves no room for a reward model inside a rollout worker's share: "
                 "set reward.model.placement=own")
-    return None
-
-
-def ipc_needs_one_rollout_worker(c: Config) -> str | None:
-    on_one_gpu = c.placement.mode == "share" and c.learner.num_workers == 1 \
-        and c.rollout.num_workers == c.placement.rollouts_per_gpu
-    if c.sync.transport == "ipc" and c.rollout.num_workers > 1 and not on_one_gpu:
-        return (f"sync.transport=ipc hands learner rank 0's weights to rollout engines on its own GPU only: it "
-                f"needs rollout.num_workers=1 (got {c.rollout.num_workers}), or placement.mode=share with one learner "
-                "rank and placement.rollouts_per_gpu=rollout.num_workers; with more GPUs use placement.mode=split "
-                "and sync.transport=nccl")
     return None
 
 
@@ -240,9 +225,9 @@ def reward_model_gpus_fit(c: Config) -> str | None:
     return None
 
 
-RULES = (nccl_needs_gpus_and_vllm, group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
-         openai_agent_needs_fn, colocate_is_synchronous, ipc_needs_a_shared_gpu, share_needs_ipc, share_memory_fits,
-         rollouts_per_gpu_is_share, ipc_needs_one_rollout_worker, offload_optimizer_is_not_deepspeed,
+RULES = (transport_fits, group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
+         openai_agent_needs_fn, colocate_is_synchronous, share_memory_fits,
+         rollouts_per_gpu_is_share, offload_optimizer_is_not_deepspeed,
          tensor_parallel_needs_vllm_gpus, bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm,
          lora_keeps_the_base_asleep, lora_on_gpu_vllm_is_half, elastic_fleet_fits, reward_model_template_shows_the_answer,
          judge_votes_need_sampling, reward_model_fits_beside_rollout, reward_model_gpus_fit)

@@ -13,10 +13,12 @@ LEARNER_BACKENDS = {
     "fsdp": "rayrl.engines.learner.fsdp_backend:FSDPBackend",
     "deepspeed": "rayrl.engines.learner.deepspeed_backend:DeepSpeedBackend",
 }
+# sync.transport -> its TransportPlan (rayrl.engines.transport.base); a new transport is one module and one line
+# here, or a plan given by import string ("package.module:NAME")
 WEIGHT_TRANSPORTS = {
-    "gloo": "rayrl.engines.transport.gloo:GlooTransport",
-    "nccl": "rayrl.engines.transport.nccl:NcclTransport",
-    "ipc": "rayrl.engines.transport.ipc:IpcTransport",
+    "gloo": "rayrl.engines.transport.gloo:GLOO",
+    "nccl": "rayrl.engines.transport.nccl:NCCL",
+    "ipc": "rayrl.engines.transport.ipc:IPC",
 }
 
 
@@ -26,3 +28,15 @@ def resolve(table: dict[str, str], key: str, what: str):
         raise ValueError(f"unknown {what} '{key}'; registered: {', '.join(sorted(table))}")
     module, name = table[key].split(":")
     return getattr(importlib.import_module(module), name)
+
+
+def transport_plan(key: str):
+    """sync.transport's TransportPlan: a registered name, or a plan by import string (module:NAME)."""
+    if key in WEIGHT_TRANSPORTS or ":" not in key:
+        return resolve(WEIGHT_TRANSPORTS, key, "sync.transport")
+    module, name = key.split(":", 1)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"sync.transport '{key}': cannot import {name} from {module} ({err}); give a registered "
+                         f"name ({', '.join(sorted(WEIGHT_TRANSPORTS))}) or module:NAME of a TransportPlan") from err

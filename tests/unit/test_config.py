@@ -109,7 +109,7 @@ _COLOCATED_LORA = ["lora.enabled=true", "rollout.engine=vllm", "placement.mode=c
                    "cluster.n_gpus_per_node=1", "sync.transport=ipc"]
 # each rule across sections: overrides that break it, and the same with the fix that makes it hold
 RULE_CASES = {
-    "nccl_needs_gpus_and_vllm": (["sync.transport=nccl"], ["sync.transport=gloo"]),
+    "transport_fits": (["sync.transport=nccl"], ["sync.transport=gloo"]),
     "group_relative_needs_groups": (["rollout.group_size=1", "algorithm.dynamic_sampling=false"],
                                     ["rollout.group_size=1", "algorithm.dynamic_sampling=false",
                                      "algorithm.type=reinforce_pp"]),
@@ -120,15 +120,8 @@ RULE_CASES = {
     "openai_agent_needs_fn": (["rollout.workflow=rayrl.workflows.openai_agent:OpenAIAgent"],
                               ["rollout.workflow=rayrl.workflows.openai_agent:OpenAIAgent", "agent.fn=a.b:c"]),
     "colocate_is_synchronous": (["placement.mode=colocate"], ["placement.mode=colocate", "rollout.max_staleness=0"]),
-    "ipc_needs_a_shared_gpu": (["sync.transport=ipc"], ["sync.transport=ipc", "cluster.n_gpus_per_node=1",
-                                                        "placement.mode=share", "learner.gpu_memory_fraction=0.1"]),
-    "share_needs_ipc": (["placement.mode=share", "cluster.n_gpus_per_node=1", "rollout.engine=vllm",
-                         "sync.transport=nccl", "learner.gpu_memory_fraction=0.1"],
-                        ["placement.mode=share", "cluster.n_gpus_per_node=1", "rollout.engine=vllm",
-                         "sync.transport=ipc", "learner.gpu_memory_fraction=0.1"]),
     "share_memory_fits": (["placement.mode=share", "cluster.n_gpus_per_node=1"],
                           ["placement.mode=share", "cluster.n_gpus_per_node=1", "learner.gpu_memory_fraction=0.15"]),
-    "ipc_needs_one_rollout_worker": (["sync.transport=ipc", "rollout.num_workers=2"], ["rollout.num_workers=2"]),
     "rollouts_per_gpu_is_share": (["placement.rollouts_per_gpu=2", "rollout.num_workers=2"],
                                   ["placement.rollouts_per_gpu=2", "rollout.num_workers=2", "placement.mode=share"]),
     "offload_optimizer_is_not_deepspeed": (["learner.offload_optimizer=true", "learner.backend=deepspeed"],
@@ -168,6 +161,35 @@ def _unchecked(overrides: list[str]):
 
     tree = parse_overrides(overrides)
     return Config.model_construct(**{name: cls.model_validate(tree.get(name, {})) for name, cls in SECTIONS.items()})
+
+
+# each transport's own requirements (rayrl.engines.transport), checked by the rule transport_fits
+_SHARE = ["placement.mode=share", "cluster.n_gpus_per_node=1", "rollout.engine=vllm", "learner.gpu_memory_fraction=0.1"]
+TRANSPORT_CASES = {
+    "ipc needs a shared GPU": (["sync.transport=ipc"], ["sync.transport=ipc", *_SHARE]),
+    "nccl cannot share a GPU": ([*_SHARE, "sync.transport=nccl"], [*_SHARE, "sync.transport=ipc"]),
+    "ipc needs one rollout worker": (["sync.transport=ipc", "rollout.num_workers=2"], ["rollout.num_workers=2"]),
+    "nccl reaches no LoRA receiver": (["lora.enabled=true", "rollout.engine=vllm", "cluster.n_gpus_per_node=2",
+                                       "sync.transport=nccl", "vllm.dtype=bfloat16"],
+                                      ["lora.enabled=true", "rollout.engine=vllm", "cluster.n_gpus_per_node=2",
+                                       "sync.transport=gloo", "vllm.dtype=bfloat16"]),
+    "an unknown transport": (["sync.transport=rayrl.engines.transport.gloo:NOPE"], ["sync.transport=gloo"]),
+}
+
+
+@pytest.mark.parametrize("case", TRANSPORT_CASES)
+def test_each_transport_requirement(case):
+    """A configuration a transport cannot serve is refused before Ray starts, naming what to set; the fix holds."""
+    from rayrl.config_rules import transport_fits
+
+    bad, good = TRANSPORT_CASES[case]
+    why = transport_fits(_unchecked(bad))
+    assert why is not None and "sync.transport" in why
+    with pytest.raises(ConfigError) as err:
+        load_config(None, bad)
+    assert why in str(err.value)
+    assert transport_fits(_unchecked(good)) is None
+    load_config(None, good)
 
 
 @pytest.mark.parametrize("rule", __import__("rayrl.config_rules", fromlist=["RULES"]).RULES, ids=lambda r: r.__name__)

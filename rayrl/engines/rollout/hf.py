@@ -16,7 +16,7 @@ import torch
 
 from rayrl.config import HFConfig
 from rayrl.engines.rollout.base import EngineSetup
-from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
+from rayrl.engines.registry import transport_plan
 from rayrl.models.lora import add_adapters
 from rayrl.models.policy import load_policy
 from rayrl.types import GenerationRequest, Sample
@@ -203,7 +203,7 @@ class HFRolloutEngine:
         self._gate.resume()
 
     async def init_weight_transfer(self, group_info) -> None:
-        self._transport = resolve(WEIGHT_TRANSPORTS, self.setup.transport, "sync.transport")()
+        self._transport = transport_plan(self.setup.transport).receiver()
         await asyncio.to_thread(self._transport.init, group_info)
 
     async def sleep(self, level: int) -> None:

@@ -19,10 +19,10 @@ import uuid
 from pathlib import Path
 
 from rayrl.config import VLLMConfig
+from rayrl.engines.registry import transport_plan
 from rayrl.engines.rollout.base import EngineSetup
 from rayrl.engines.rollout.vllm_lora import VLLMAdapterSync
 from rayrl.engines.rollout.vllm_versions import VersionMarks, completion_versions, queued_tokens
-from rayrl.engines.rollout.vllm_weight_sync import VLLMWeightSync
 from rayrl.types import GenerationRequest, Sample
 
 log = logging.getLogger("rayrl")
@@ -114,8 +114,9 @@ class VLLMRolloutEngine:
         self.last_pause = dict(NO_PAUSE)  # the last update's pause: vLLM's part, the wait for its outputs, queued
         self._gate: asyncio.Event | None = None  # closed during a weight update: new requests wait at it
         self._reset: asyncio.Future | None = None  # an idle update's prefix-cache reset, running until the release
-        self._weights = VLLMAdapterSync(setup.transport, setup.lora) if setup.lora is not None \
-            else VLLMWeightSync(setup.transport, setup.bitwise)
+        plan = transport_plan(setup.transport)  # the transport's vLLM end; LoRA adapters over it
+        self._weights = VLLMAdapterSync(plan, setup.lora) if setup.lora is not None \
+            else plan.vllm_receiver(setup.bitwise)
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True).start()
         try:
@@ -309,8 +310,7 @@ class VLLMRolloutEngine:
             self.asleep = False
         else:
             await self._release()
-        if self.setup.bitwise:  # the rows the sync wrote, read again now that vLLM can generate
-            await self._weights.recheck(self.llm)
+        await self._weights.recheck(self.llm)  # bitwise mode: what the sync wrote, read again where checkable
 
     async def _stop_requests(self) -> None:
         """Abort the running requests and let their callers take the partial samples (counted as aborted); then

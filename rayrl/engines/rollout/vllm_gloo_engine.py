@@ -71,8 +71,10 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         self.transport = None
 
     @staticmethod
-    def trainer_send_weights(iterator, trainer_args) -> None:
-        raise NotImplementedError("the learner sends through rayrl.engines.transport.gloo.GlooTransport")
+    def trainer_send_weights(iterator, trainer_args: dict) -> None:
+        """vLLM's trainer-side call: trainer_args["transport"] (a GlooTransport, rank 0 of the group) sends the
+        tensors in trainer_args["plan"]'s order, as learner rank 0 does."""
+        trainer_args["transport"].send(iterator, trainer_args["plan"])
 
 
 class RayrlWorkerExtension(LoraSlotsExtension):

@@ -13,13 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import msgspec
-
 from rayrl.config import LoraConfig
-from rayrl.engines.registry import WEIGHT_TRANSPORTS, resolve
-from rayrl.engines.rollout.vllm_lora_slots import LORA_ID, to_wire
-from rayrl.engines.rollout.vllm_weight_sync import IPC_EXTENSION, WORKER_EXTENSION
-from rayrl.engines.transport.ipc import PayloadCache
+from rayrl.engines.rollout.vllm_lora_slots import LORA_ID
+from rayrl.engines.transport.base import TransportPlan
 
 LORA_NAME = "rayrl-policy"
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
@@ -31,27 +27,30 @@ def peft_key(name: str) -> str:
 
 
 class VLLMAdapterSync:
-    """The VLLMWeightSync calls (engine_args, init, start, receive, finish) for adapters; `request` is what every
-    generate call passes as its lora_request (None until the first sync: B = 0, the base model)."""
+    """A vLLM receiver's calls (engine_args, init, start, receive, finish) for adapters over any transport with an
+    engine-process end; `request` is what every generate call passes as its lora_request (None until the first
+    sync: B = 0, the base model)."""
 
-    def __init__(self, transport: str, section: LoraConfig) -> None:
-        self.transport_name, self.section = transport, section
+    def __init__(self, plan: TransportPlan, section: LoraConfig) -> None:
+        self.plan, self.section = plan, section
+        self.vllm_side = plan.vllm_receiver(False)  # the transport's worker extension and its way into the slot
         shm = Path("/dev/shm")
         self.root = Path(tempfile.mkdtemp(prefix="rayrl-lora-", dir=shm if shm.is_dir() else None))
         self.transport = None
-        self.payloads = PayloadCache()  # ipc: the learner's handles, for the syncs that bring only their key
         self.request = None
         self.last_receive: dict = {}  # which path the last sync took (lora_in_place, lora_reload) and its seconds
         self.started = 0.0
 
     def engine_args(self) -> dict:
         rank = next(r for r in VLLM_LORA_RANKS if r >= self.section.rank)  # the rule lora_rank_fits_vllm holds
-        extension = IPC_EXTENSION if self.transport_name == "ipc" else WORKER_EXTENSION
-        return {"enable_lora": True, "max_lora_rank": rank, "max_loras": 1, "worker_extension_cls": extension}
+        return {"enable_lora": True, "max_lora_rank": rank, "max_loras": 1, **self.vllm_side.engine_args()}
 
     async def init(self, llm, group_info) -> None:
-        self.transport = resolve(WEIGHT_TRANSPORTS, self.transport_name, "sync.transport")()
+        self.transport = self.plan.receiver()  # a transport without one is refused by its requirements
         await asyncio.to_thread(self.transport.init, group_info)
+
+    async def recheck(self, llm) -> None:
+        """Nothing to read again: bitwise mode syncs full weights."""
 
     async def start(self, llm) -> None:
         """Nothing to open in vLLM: the adapters go to its LoRA slot at receive, or are reloaded at finish."""
@@ -60,19 +59,12 @@ class VLLMAdapterSync:
         if self.transport is None:
             raise RuntimeError("receive_weights before init_weight_transfer")
         self.started = time.perf_counter()
-        meta = self.payloads.resolve(meta) if self.transport_name == "ipc" else meta  # whole: two receivers here
         if self.request is None or self.section.vllm_sync == "reload":
             await asyncio.to_thread(self._write, meta)
             self.last_receive = {"path": "lora_reload"}
             return
         scaling = self.section.alpha / self.section.rank
-        if self.transport_name == "ipc":
-            payload = msgspec.to_builtins(meta, builtin_types=(bytes,))  # plain data: no pickle in vLLM's RPC
-            self.last_receive = (await llm.collective_rpc("rayrl_receive_lora_ipc", args=(payload, scaling)))[0]
-            return
-        items = await asyncio.to_thread(lambda: to_wire(self.transport.receive(meta)))
-        written = (await llm.collective_rpc("rayrl_write_lora", args=(items, scaling)))[0]
-        self.last_receive = {"path": "lora_in_place", "tensors": written}
+        self.last_receive = await self.vllm_side.write_adapters(llm, self.transport, meta, scaling)
 
     def _write(self, meta) -> None:
         """The adapters as PEFT's directory: adapter_config.json and adapter_model.safetensors."""

@@ -1,4 +1,5 @@
-"""The WeightTransport protocol and the bucket plan both ends agree on."""
+"""What every weight transport implements (a TransportPlan: its sender, receivers and config requirements) and
+the bucket plan both ends agree on."""
 
 from __future__ import annotations
 
@@ -85,14 +86,35 @@ def checked_in_plan_order(named_tensors: Iterable[tuple[str, torch.Tensor]], pla
         yield name, t.to(getattr(torch, spec.dtype)) if cast else t
 
 
-class WeightTransport(Protocol):
-    """collective: sender and receivers run at once (a broadcast). Otherwise send() returns what the
-    receivers need (IPC handles), and they receive after it."""
-
-    collective: bool
+class WeightSender(Protocol):
+    """Learner rank 0's end: send() consumes the tensors in plan order and returns what the receivers need (None
+    for a collective transport, whose receivers take part in the send)."""
 
     def init(self, group_info: GroupInfo) -> None: ...
 
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], plan: BucketPlan) -> Any: ...
 
+
+class WeightReceiver(Protocol):
+    """A rollout engine's end, in the engine's own process (the hf engine; vLLM's LoRA adapters)."""
+
+    def init(self, group_info: GroupInfo) -> None: ...
+
     def receive(self, meta: Any) -> Iterator[tuple[str, torch.Tensor]]: ...
+
+
+class TransportPlan(Protocol):
+    """Everything one way of moving weights owns, chosen once by sync.transport (rayrl.engines.registry): the
+    configurations it refuses, the learner's sender, the engine-process receiver and the vLLM side (engine
+    arguments, worker extension, bitwise variant, receive calls: rayrl.engines.transport.vllm_side)."""
+
+    name: str
+    collective: bool  # sender and receivers run at once (a broadcast); else the receivers read after send()
+
+    def requirements(self, c: Any) -> str | None: ...  # the run's Config: why it cannot use this transport, or None
+
+    def sender(self, in_place: bool) -> WeightSender: ...  # in_place: the tensors are the learner's own parameters
+
+    def receiver(self) -> WeightReceiver | None: ...  # None: only vLLM's workers receive (no engine-process end)
+
+    def vllm_receiver(self, bitwise: bool) -> Any: ...  # a vllm_side.VLLMReceiver

@@ -6,15 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 
+import msgspec
 import torch
 import torch.distributed as dist
 
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, checked_in_plan_order, pack, unpack
+from rayrl.engines.transport.vllm_side import GLOO_EXTENSION, ROLLOUT, VLLMSession
 from rayrl.rendezvous import LOOPBACK, rendezvous_file
 
 
 class GlooTransport:
-    collective = True
+    """Both ends: rank 0 sends each packed bucket, every other rank receives it."""
 
     def __init__(self) -> None:
         self._pg = None
@@ -50,3 +52,39 @@ class GlooTransport:
         if self._pg is None:
             raise RuntimeError("weight transport used before init()")
         self._pg.broadcast(buffer, 0).wait()
+
+
+class VLLMGlooReceiver(VLLMSession):
+    """vLLM's end: the project's "rayrl_gloo" weight-transfer engine (vllm_gloo_engine), registered in vLLM's
+    worker when the worker extension is imported there."""
+
+    backend = "rayrl_gloo"
+    extension = GLOO_EXTENSION
+    bitwise_extension = f"{ROLLOUT}.vllm_bitwise.BitwiseGlooExtension"
+
+    def init_info(self, group_info: GroupInfo) -> dict:
+        return {**super().init_info(group_info), "timeout_s": group_info.timeout_s, "key": group_info.key}
+
+    def update_info(self, plan: BucketPlan) -> dict:
+        return {"plan": msgspec.to_builtins(plan)}
+
+
+class Gloo:
+    """sync.transport=gloo: a broadcast over gloo, on CPUs (any placement; GPU tensors pass through host memory)."""
+
+    name, collective = "gloo", True
+
+    def requirements(self, c) -> str | None:
+        return None
+
+    def sender(self, in_place: bool = False) -> GlooTransport:
+        return GlooTransport()
+
+    def receiver(self) -> GlooTransport:
+        return GlooTransport()
+
+    def vllm_receiver(self, bitwise: bool = False) -> VLLMGlooReceiver:
+        return VLLMGlooReceiver(bitwise)
+
+
+GLOO = Gloo()

@@ -18,6 +18,7 @@ import torch
 from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
 
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, checked_in_plan_order, unpack
+from rayrl.engines.transport.vllm_side import IPC_EXTENSION, ROLLOUT, VLLMReceiver
 
 
 class SharedBuffer(msgspec.Struct, frozen=True):
@@ -92,10 +93,10 @@ def open_shared(shared: SharedBuffer) -> torch.Tensor:
 
 
 class IpcTransport:
-    collective = False
+    """Both ends: the sender shares its buffers (or parameters), a receiver opens them."""
 
-    def __init__(self) -> None:
-        self.in_place = False  # sender: share the tensors themselves (set when they are the learner's parameters)
+    def __init__(self, in_place: bool = False) -> None:
+        self.in_place = in_place  # sender: share the tensors themselves (they are the learner's own parameters)
         self._slots: list[torch.Tensor] = []  # packed: each tensor's place in its bucket, in plan order
         self._where: tuple[int, ...] = ()  # in place: the shared tensors' addresses
         self._payload: IpcPayload | None = None
@@ -151,6 +152,10 @@ class IpcTransport:
         self._payload = msgspec.structs.replace(payload, key=random.getrandbits(62) + 1)
         self._delivered = False
 
+    def payload(self, meta: IpcPayload | IpcRef) -> IpcPayload:
+        """The whole payload a sync's meta names (a later sync brings only its key)."""
+        return self._received.resolve(meta)
+
     def receive(self, meta: IpcPayload | IpcRef) -> Iterator[tuple[str, torch.Tensor]]:
         """The sender's tensors, as views of its buffers (opened once per payload)."""
         payload, held = self._received.resolve(meta), self._views[0]
@@ -165,3 +170,68 @@ class IpcTransport:
         if key not in self._opened:
             self._opened[key] = open_shared(shared)
         return self._opened[key]
+
+
+class VLLMIpcReceiver(VLLMReceiver):
+    """vLLM's end, apart from vLLM's weight-transfer sessions: the worker extension opens the learner's buffers
+    (collective_rpc with plain data: no pickle in vLLM's RPC) and writes vLLM's parameters directly. Its report:
+    which path wrote the weights (direct or load_weights), seconds there and over the RPC."""
+
+    extension = IPC_EXTENSION
+    bitwise_extension = f"{ROLLOUT}.vllm_bitwise.BitwiseIpcExtension"
+
+    def __init__(self, bitwise: bool = False) -> None:
+        super().__init__(bitwise)
+        self.payloads, self.forwarded = PayloadCache(), 0  # the learner's handles, and the key vLLM's worker holds
+
+    async def receive(self, llm, meta: IpcPayload | IpcRef) -> None:
+        """The handles once, then their key: the worker keeps what it opened."""
+        t0 = time.perf_counter()
+        payload = self.payloads.resolve(meta)
+        arg = {"key": payload.key} if self.forwarded == payload.key else \
+            msgspec.to_builtins(payload, builtin_types=(bytes,))
+        self.last_receive = (await llm.collective_rpc("rayrl_receive_ipc", args=(arg,)))[0]
+        self.last_receive["rpc_s"] = time.perf_counter() - t0
+        self.forwarded = payload.key
+
+    async def recheck(self, llm) -> None:
+        """Bitwise mode: the rows a direct write wrote, read again after the engine woke."""
+        if self.bitwise and self.last_receive.get("path") == "direct":
+            self.last_receive["after_wake"] = (await llm.collective_rpc("rayrl_recheck_rows"))[0]
+
+    async def write_adapters(self, llm, receiver: IpcTransport, meta, scaling: float) -> dict:
+        """The worker opens the learner's adapter buckets itself (the whole payload: the engine's process and the
+        worker are two receivers, and the worker may not have seen it)."""
+        payload = msgspec.to_builtins(receiver.payload(meta), builtin_types=(bytes,))
+        return (await llm.collective_rpc("rayrl_receive_lora_ipc", args=(payload, scaling)))[0]
+
+
+class Ipc:
+    """sync.transport=ipc: the learner and its rollout engines on one GPU, weights read through CUDA IPC handles."""
+
+    name, collective = "ipc", False
+
+    def requirements(self, c) -> str | None:
+        if not (c.on_gpu and c.placement.mode in ("colocate", "share")):
+            return ("sync.transport=ipc hands weights over inside one GPU: it needs GPUs (cluster.n_gpus_per_node "
+                    "> 0) and placement.mode=colocate or share; otherwise use nccl or gloo")
+        on_one_gpu = c.placement.mode == "share" and c.learner.num_workers == 1 \
+            and c.rollout.num_workers == c.placement.rollouts_per_gpu
+        if c.rollout.num_workers > 1 and not on_one_gpu:
+            return (f"sync.transport=ipc hands learner rank 0's weights to rollout engines on its own GPU only: it "
+                    f"needs rollout.num_workers=1 (got {c.rollout.num_workers}), or placement.mode=share with one "
+                    "learner rank and placement.rollouts_per_gpu=rollout.num_workers; with more GPUs use "
+                    "placement.mode=split and sync.transport=nccl")
+        return None
+
+    def sender(self, in_place: bool = False) -> IpcTransport:
+        return IpcTransport(in_place)
+
+    def receiver(self) -> IpcTransport:
+        return IpcTransport()
+
+    def vllm_receiver(self, bitwise: bool = False) -> VLLMIpcReceiver:
+        return VLLMIpcReceiver(bitwise)
+
+
+IPC = Ipc()
