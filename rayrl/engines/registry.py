@@ -26,7 +26,11 @@ def resolve(table: dict[str, str], key: str, what: str):
     """The class registered under key; a clear error lists what is registered."""
     if key not in table:
         raise ValueError(f"unknown {what} '{key}'; registered: {', '.join(sorted(table))}")
-    module, name = table[key].split(":")
+    return _import(table[key])
+
+
+def _import(target: str):
+    module, name = target.split(":", 1)
     return getattr(importlib.import_module(module), name)
 
 
@@ -34,9 +38,8 @@ def transport_plan(key: str):
     """sync.transport's TransportPlan: a registered name, or a plan by import string (module:NAME)."""
     if key in WEIGHT_TRANSPORTS or ":" not in key:
         return resolve(WEIGHT_TRANSPORTS, key, "sync.transport")
-    module, name = key.split(":", 1)
     try:
-        return getattr(importlib.import_module(module), name)
+        return _import(key)
     except (ImportError, AttributeError) as err:
-        raise ValueError(f"sync.transport '{key}': cannot import {name} from {module} ({err}); give a registered "
+        raise ValueError(f"sync.transport '{key}': cannot import it ({err}); give a registered "
                          f"name ({', '.join(sorted(WEIGHT_TRANSPORTS))}) or module:NAME of a TransportPlan") from err

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import torch
 
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, checked_in_plan_order
-from rayrl.engines.transport.vllm_side import VLLMSession
+from rayrl.engines.transport.vllm_side import ROLLOUT, VLLMSession
 
 
 class NcclSender:
@@ -47,6 +47,7 @@ class VLLMNcclReceiver(VLLMSession):
     """vLLM's own "nccl" engine in vLLM's worker: no extension of ours (bitwise mode's only imports the norm)."""
 
     backend = "nccl"
+    bitwise_extension = f"{ROLLOUT}.vllm_bitwise.BitwiseExtension"
 
     def update_info(self, plan: BucketPlan) -> dict:
         specs = [s for bucket in plan.buckets for s in bucket]

@@ -22,7 +22,7 @@ class VLLMReceiver(ABC):
     lora_request (None: full weights); `last_receive` the last sync's report (transport-specific fields)."""
 
     extension: str | None = None  # vLLM's worker_extension_cls for this transport (None: vLLM's own worker)
-    bitwise_extension: str = f"{ROLLOUT}.vllm_bitwise.BitwiseExtension"  # the same with the fixed-order norm
+    bitwise_extension: str | None = None  # the same with the fixed-order norm (None: no bitwise mode over it)
 
     def __init__(self, bitwise: bool = False) -> None:
         self.bitwise = bitwise
@@ -31,6 +31,8 @@ class VLLMReceiver(ABC):
 
     def engine_args(self) -> dict:
         """Keyword arguments for AsyncEngineArgs that switch this receiver on."""
+        if self.bitwise and self.bitwise_extension is None:
+            raise ValueError(f"rollout.bitwise_on_policy: {type(self).__name__} has no bitwise worker extension")
         extension = self.bitwise_extension if self.bitwise else self.extension
         return {"worker_extension_cls": extension} if extension else {}
 
