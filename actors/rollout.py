@@ -12,6 +12,7 @@ import time
 import ray
 from rayrl import components
 from rayrl.actors.engine_use import EngineUse
+from rayrl.actors.episode_set import EpisodeSet, workflow_stats
 from rayrl.coalesce import Coalescer
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
@@ -55,10 +56,9 @@ class RolloutWorker:
                                                             r.ignore_eos), **common)
         self.eval_common = common
         self.stopped, self.joined, self.closing = False, False, False
-        self.episodes: set[asyncio.Task] = set()  # episodes running now (generation, reward, hand-over)
-        self.episode_error: BaseException | None = None
         self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0, "rejected": 0}
         self.metrics = RayMetrics("rollout", f"rollout-{index}", COUNTERS, GAUGES)
+        self.episodes = EpisodeSet(self.metrics)  # episodes running now (generation, reward, hand-over)
         self.metrics.inc("rollout_starts_total")
         self.use = EngineUse(self.metrics, self.totals)  # calls in the engine, in-flight gauge, gen_s, counters
         self.phase_report: dict[str, float] = {}  # the last sleep's and sync's memory and times
@@ -117,19 +117,14 @@ class RolloutWorker:
     async def run(self) -> dict:
         """Lease prompts (admitted by staleness), an episode each, until stopped; then wait for those running."""
         self.totals["gen_s"] = 0.0  # gen_s counts this loop's time only
-        while not self.stopped and self.episode_error is None:
+        while not self.stopped and self.episodes.error is None:
             tasks = await self.buffer.take.remote(self.index, self.cfg.rollout.groups_per_call, self.life)
             if not tasks:  # the buffer closed
                 break
             for task in tasks:
-                job = asyncio.create_task(self._episode(task))
-                self.episodes.add(job)
-                job.add_done_callback(self._ended)
-            self.metrics.set("rollout_episodes_in_flight", len(self.episodes))
-        await asyncio.gather(*self.episodes)
-        if self.episode_error is not None:
-            raise self.episode_error
-        return {**self.totals, **self.engine.stats(), "workflow": self.workflow_stats()}
+                self.episodes.start(self._episode(task))
+        await self.episodes.wait()
+        return {**self.totals, **self.engine.stats(), "workflow": workflow_stats(self.workflow)}
 
     async def _episode(self, task: Task) -> None:
         """One task's episodes; the group goes to the buffer by value (it owns it from then on). Rejected
@@ -157,16 +152,6 @@ class RolloutWorker:
             return
         await self.hand_over((group, GroupMeta(task.id, group.min_version, self.label)))
 
-    def _ended(self, job: asyncio.Task) -> None:
-        self.episodes.discard(job)
-        if not job.cancelled() and job.exception() is not None and self.episode_error is None:
-            self.episode_error = job.exception()  # raised by the loop
-
-    def workflow_stats(self) -> dict:
-        """The workflow's own counts (tool failures, malformed tool calls, ...), if it keeps any."""
-        stats = getattr(self.workflow, "stats", None)
-        return dict(stats()) if callable(stats) else {}
-
     # ---- control ------------------------------------------------------------------------
     @ray.method(concurrency_group="ctrl")
     def stop(self) -> None:
@@ -175,7 +160,7 @@ class RolloutWorker:
     @ray.method(concurrency_group="ctrl")
     def stats(self) -> dict:
         return {**self.totals, "busy_s": self.use.busy_s(), "version": self.engine.version, **self.engine.stats(),
-                "gpu_ids": ray.get_gpu_ids(), "workflow": self.workflow_stats()}
+                "gpu_ids": ray.get_gpu_ids(), "workflow": workflow_stats(self.workflow)}
 
     @ray.method(concurrency_group="ctrl")
     async def pause(self) -> None:

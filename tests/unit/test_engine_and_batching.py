@@ -117,10 +117,12 @@ def test_vllm_engine_inputs_are_checked_before_start(tmp_path, setup):
 def test_vllm_engine_args_pass_vllm_own_validation(setup, fp32_head):
     """vLLM builds its model config from our engine args; vllm.lm_head_fp32 reaches it as head_dtype."""
     from rayrl.engines.rollout.vllm_async import engine_args
+    from rayrl.engines.rollout.vllm_modes import engine_mode
 
     cfg, path, *_ = setup
     cfg = cfg.model_copy(update={"vllm": cfg.vllm.model_copy(update={"lm_head_fp32": fp32_head})})
-    model_config = engine_args(cfg.vllm, components.engine_setup(cfg), path, "bfloat16", {}).create_model_config()
+    setup = components.engine_setup(cfg)
+    model_config = engine_args(cfg.vllm, setup, path, "bfloat16", engine_mode(setup, cfg.vllm)).create_model_config()
     assert model_config.dtype == torch.bfloat16
     assert model_config.head_dtype == (torch.float32 if fp32_head else torch.bfloat16)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from contextlib import nullcontext
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +26,9 @@ from rayrl.engines.learner.checkpoint import export_hf
 from rayrl.engines.learner.device import attention_for, learner_device, packs_sequences, shares_prompts
 from rayrl.engines.learner.offload import move_optimizer_state
 from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, scatter, view
+from rayrl.engines.learner.modes import learner_mode
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
-from rayrl.models.bitwise_ops import native_kernels
-from rayrl.models.bitwise_qwen2 import BitwiseQwen2, digests
-from rayrl.models.lora import ADAPTER_DIR, add_adapters, export_adapter, is_adapter, merged_state
 from rayrl.models.policy import load_policy
 from rayrl.types import Batch
 
@@ -77,28 +76,22 @@ class Learner:
         torch.manual_seed(lc.seed)
         self.lc, self.alg, self.setup = lc, alg, setup
         self.device, self.dp = learner_device(setup.on_gpu), data_parallel()
-        self.share_prompts = shares_prompts(lc, self.device, setup.bitwise)
-        bitwise = setup.bitwise  # its forward calls vLLM's kernels itself: PyTorch's own ops stay as they are
-        load = (model_path, attention_for(self.device), None if bitwise else lc.logprob_chunk_tokens, lc.compile)
-
-        def policy():
-            model, tokenizer = load_policy(*load)
-            return (BitwiseQwen2(model, setup.kv_block_size) if bitwise else model), tokenizer
-
-        model, self.tokenizer = policy()
+        self.mode = learner_mode(setup.bitwise, setup.kv_block_size, setup.lora)  # full, bitwise or LoRA: its hooks
+        self.share_prompts = shares_prompts(lc, self.device, self.mode.whole_rows)
+        chunk = lc.logprob_chunk_tokens if self.mode.chunked_head else None
+        load = (model_path, attention_for(self.device), chunk, lc.compile)
+        model, self.tokenizer = load_policy(*load)
         self.hf_config = model.config
-        self.lora = setup.lora
-        if self.lora is not None:  # the reference for KL is then this model with its adapters off
-            # a bf16 base halves its memory; PEFT keeps the adapters it adds to it in fp32
-            model = add_adapters(model.to(getattr(torch, self.lora.base_dtype)), self.lora)
-        ref = policy()[0].eval().requires_grad_(False) if alg.beta > 0 and self.lora is None else None
+        model = self.mode.wrap(model)
+        ref = None
+        if alg.beta > 0 and self.mode.own_reference:
+            ref = self.mode.wrap(load_policy(*load)[0]).eval().requires_grad_(False)
         backend_cls = resolve(LEARNER_BACKENDS, lc.backend, "learner.backend")
         if self.device.type == "cuda" and lc.gpu_memory_fraction is not None:  # colocate, share: the rest is the engine's
             torch.cuda.set_per_process_memory_fraction(lc.gpu_memory_fraction)
         self.backend: LearnerBackend = backend_cls(lc, model, ref, self.device)
         self.offloaded = False  # optimizer state in host memory (learner.offload_optimizer), until the next step
         self.version = 0
-        self.sent: dict[str, tuple[int, int]] | None = None  # bitwise mode: the last sync's tensors, as digests
         # one optimizer step per batch: the proximal policy is the one the loss's forward runs, so its log-probs
         # are that forward's, detached; no scoring pass (kl_in_reward needs them before the advantages). The
         # bitwise forward gives the same bits with or without gradients: its mismatch is the loss forward's too
@@ -108,14 +101,9 @@ class Learner:
 
     # ---- scoring ------------------------------------------------------------------------------
     def _logprobs(self, mb: MicroBatch, reference: bool = False, entropy: bool = False):
-        if reference and self.lora is not None:  # the frozen base: the policy with its adapters off
-            with self.backend.model.disable_adapter():
-                return microbatch_logprobs(self.backend.model, mb, self.setup.temperature, self.device, entropy)
-        if reference and self.setup.bitwise:  # never compared with vLLM's: PyTorch's faster matmuls and norms
-            with native_kernels():
-                return microbatch_logprobs(self.backend.ref_model, mb, self.setup.temperature, self.device, entropy)
-        model = self.backend.ref_model if reference else self.backend.model
-        return microbatch_logprobs(model, mb, self.setup.temperature, self.device, entropy)
+        model, context = self.mode.reference(self.backend) if reference else (self.backend.model, nullcontext())
+        with context:
+            return microbatch_logprobs(model, mb, self.setup.temperature, self.device, entropy)
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         """Collective on sharded backends: every rank must call it with a batch of the same shape."""
@@ -154,8 +142,7 @@ class Learner:
         rewards, mask = shape_batch(batch.rewards, batch.loss_mask, batch.truncated, self.setup.max_new_tokens, alg)
         mbs = microbatches(batch, lc.max_tokens_per_micro_batch, packs_sequences(lc, self.device), self.share_prompts)
         mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
-        if self.sent is not None:  # bitwise mode after a sync: the policy's next forward notes the weights it reads
-            self.backend.model.seen = {}
+        self.mode.before_step(self.backend.model)
         mismatch, kl = self._score(mbs, batch)
         batch.advantages, self.last_returns = advantages(rewards, batch.group_index, mask, alg, kl, values)
         if dp.max(int(not torch.isfinite(batch.advantages).all())):  # every rank agrees, before any backward
@@ -194,7 +181,7 @@ class Learner:
             losses.append(dp.sum(total))
         self.version += 1
         return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
-                "micro_batches": len(mbs), "skipped": "", **mismatch.result(), **self._weights_seen(),
+                "micro_batches": len(mbs), "skipped": "", **mismatch.result(), **self.mode.after_step(self.backend.model),
                 **{k: float(v) for k, v in extra.items()}}
 
     def _skipped(self, cause: str, mbs: list, mismatch: MismatchMeter) -> dict[str, float]:
@@ -202,7 +189,7 @@ class Learner:
         advances (the driver counts it, or stops the run with learner.nonfinite=stop)."""
         self.version += 1
         return {"loss": 0.0, "grad_norm": 0.0, "micro_batches": len(mbs), "skipped": cause, **mismatch.result(),
-                **self._weights_seen()}
+                **self.mode.after_step(self.backend.model)}
 
     # ---- colocated: room for the rollout engine between steps --------------------------------
     def release(self) -> None:
@@ -222,42 +209,15 @@ class Learner:
     def named_full_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """What a weight sync sends: every parameter, or with LoRA only the adapters. Collective on sharded
         backends: every rank walks it in lockstep."""
-        weights = self.backend.named_full_weights()
-        if self.setup.bitwise:
-            return self._noting_sent(weights)
-        return weights if self.lora is None else ((n, t) for n, t in weights if is_adapter(n))
+        return self.mode.synced(self.backend.named_full_weights())
 
     def weights_in_place(self) -> bool:
         """Whether named_full_weights yields this rank's own parameters, whole and updated in place by each step
-        (then a colocated engine may read them where they are); bitwise mode and LoRA send what they note."""
-        return not self.setup.bitwise and self.lora is None and self.backend.whole_parameters
-
-    def _noting_sent(self, weights: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
-        """Bitwise mode: each tensor's digest as the sync sends it (bf16, the rule's sync.dtype). Filled as the
-        transport takes them: it stops asking after the last tensor, so nothing after this loop would run."""
-        self.sent = {}
-        for name, t in weights:
-            self.sent[name] = digests([t.to(torch.bfloat16)])[0]
-            yield name, t
-
-    def _weights_seen(self) -> dict:
-        """Bitwise mode, the first step after a sync: how many tensors the policy's first forward read differ
-        from what the sync sent (0: the rollout engine and the learner scored with the same weights)."""
-        model, sent = self.backend.model, self.sent
-        seen, self.sent = getattr(model, "seen", None), None
-        if seen is not None:
-            model.seen = None
-        if not seen or sent is None:
-            return {}
-        unequal = [n for n in sent if n in seen and seen[n] != sent[n]]
-        if unequal:
-            log.warning("the scoring forward read %d tensors that differ from the last sync's, e.g. %s",
-                        len(unequal), unequal[:3])
-        return {"bitwise_view_unequal": len(unequal), "bitwise_view_checked": sum(n in seen for n in sent)}
+        (then a colocated engine may read them where they are)."""
+        return self.mode.sends_in_place() and self.backend.whole_parameters
 
     def weight_specs(self) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
-        specs = self.backend.weight_specs()
-        return specs if self.lora is None else [s for s in specs if is_adapter(s[0])]
+        return self.mode.specs(self.backend.weight_specs())
 
     def save(self, path: str) -> None:
         """The backend's training state, plus (rank 0) an HF export and the learner state; collective."""
@@ -267,9 +227,7 @@ class Learner:
         self.backend.save(out)
         full = {name: t.detach().cpu() for name, t in self.backend.named_full_weights()}
         if self.dp.rank == 0:
-            if self.lora is not None:  # the adapter directory, and the export with the adapters merged
-                export_adapter(self.backend.model, {n: t for n, t in full.items() if is_adapter(n)}, out / ADAPTER_DIR)
-                full = merged_state(full, self.lora)
+            full = self.mode.export(self.backend.model, full, out)  # LoRA: its adapter directory, merged weights
             export_hf(full, self.hf_config, self.tokenizer, out)
             torch.save({"version": self.version, "scheduler": self.backend.scheduler.state_dict(),
                         "rng": torch.get_rng_state()}, out / STATE_FILE)

@@ -14,21 +14,18 @@ import json
 import logging
 import os
 import threading
-import time
 import uuid
 from pathlib import Path
 
 from rayrl.config import VLLMConfig
-from rayrl.engines.registry import transport_plan
 from rayrl.engines.rollout.base import EngineSetup
-from rayrl.engines.rollout.vllm_lora import VLLMAdapterSync
-from rayrl.engines.rollout.vllm_versions import VersionMarks, completion_versions, queued_tokens
+from rayrl.engines.rollout.vllm_modes import FullWeights, engine_mode
+from rayrl.engines.rollout.vllm_update_gate import SETTLE_TICK_S, UpdateGate
+from rayrl.engines.rollout.vllm_versions import completion_versions
 from rayrl.types import GenerationRequest, Sample
 
 log = logging.getLogger("rayrl")
-SETTLE_TICK_S = 0.01  # after a pause, outputs already produced finish arriving within a few ticks
 SHUTDOWN_TICKS = 100  # at shutdown, aborted requests' callers get their partial samples within this many ticks
-NO_PAUSE = {"pause_engine_s": 0.0, "pause_settle_s": 0.0, "pause_queued_tokens": 0}  # an update with nothing running
 
 
 class EngineStartError(RuntimeError):
@@ -62,13 +59,9 @@ def head_overrides(lm_head_fp32: bool) -> dict:
     return {"head_dtype": "float32"} if lm_head_fp32 else {}
 
 
-# bitwise on-policy with CUDA graphs: whole decode steps replayed from graphs of the eager kernels (no torch.compile,
-# which would fuse norms and activations into kernels the learner does not run); prefills stay eager
-BITWISE_GRAPHS = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}
-
-
-def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, dtype: str, weight_transfer: dict):
-    """vLLM's AsyncEngineArgs for this config: one place that maps vllm.* keys to vLLM's names."""
+def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, dtype: str, mode: FullWeights):
+    """vLLM's AsyncEngineArgs for this config: one place that maps vllm.* keys to vLLM's names; the mode adds its
+    own (the transport's receiver, bitwise kernels and pages, LoRA slots)."""
     from vllm import AsyncEngineArgs
 
     kv_gb = v.kv_cache_gb if v.kv_cache_gb is not None or setup.on_gpu else v.cpu_kv_cache_gb
@@ -82,9 +75,7 @@ def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, dtype: str, 
         logprobs_mode="processed_logprobs",  # behaviour log-probs at the sampling temperature
         max_num_seqs=v.max_num_seqs, max_num_batched_tokens=v.max_num_batched_tokens,
         hf_overrides=head_overrides(v.lm_head_fp32), enable_sleep_mode=setup.sleeps,
-        block_size=v.kv_block_size if setup.bitwise else None,  # the learner's attention reads the same pages
-        seed=setup.seed, disable_log_stats=True, **weight_transfer,
-        **({"compilation_config": BITWISE_GRAPHS} if setup.bitwise and not v.enforce_eager else {}))
+        seed=setup.seed, disable_log_stats=True, **mode.engine_args(v))
 
 
 def sampled_logprobs(logprobs, tokens: list[int]) -> list[float]:
@@ -97,6 +88,23 @@ def sampled_logprobs(logprobs, tokens: list[int]) -> list[float]:
     return [lp[t].logprob for lp, t in zip(logprobs, tokens)]
 
 
+def request_samples(r: GenerationRequest, final, marks: list, version: int, tokenizer) -> list[Sample]:
+    """One sample per completion of the request's final output (an aborted one: empty, finish_reason "abort"),
+    its tokens' versions from the marks of the weight updates it ran through."""
+    by_index = {c.index: c for c in (final.outputs if final is not None else [])}
+    samples = []
+    for i in range(r.n):
+        c = by_index.get(i)
+        tokens = list(c.token_ids) if c is not None else []
+        samples.append(Sample(
+            request_id=r.request_id, prompt_ids=list(r.prompt_ids), completion_ids=tokens,
+            logprobs=sampled_logprobs(c.logprobs, tokens) if c is not None else [],
+            versions=completion_versions(len(tokens), marks, i, version),
+            finish_reason=(c.finish_reason if c is not None and c.finish_reason else "abort"),
+            text=tokenizer.decode(tokens, skip_special_tokens=True)))
+    return samples
+
+
 class VLLMRolloutEngine:
     def __init__(self, model_path: str, vllm: VLLMConfig, setup: EngineSetup, tokenizer) -> None:
         hf_config = check_engine_inputs(model_path, vllm)
@@ -106,17 +114,11 @@ class VLLMRolloutEngine:
         self.version = 0
         self.asleep = False  # colocated: sleeping while the learner trains, until the next weight update
         self._closed = False  # shutdown ran: vLLM and this engine's loop are stopped
-        # ranks this engine adds to the weight-sync group: vLLM's workers, or (LoRA) this process
-        self.sync_ranks = 1 if setup.lora is not None else vllm.tensor_parallel_size
+        self.mode = engine_mode(setup, vllm)  # full weights, bitwise or LoRA: the receiver and its engine arguments
+        self.sync_ranks = self.mode.sync_ranks  # ranks this engine adds to the weight-sync group
+        self._weights = self.mode.weights
         self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0}
-        self._marks = VersionMarks()
-        self._paused = False  # the current weight update paused vLLM (requests were running)
-        self.last_pause = dict(NO_PAUSE)  # the last update's pause: vLLM's part, the wait for its outputs, queued
-        self._gate: asyncio.Event | None = None  # closed during a weight update: new requests wait at it
-        self._reset: asyncio.Future | None = None  # an idle update's prefix-cache reset, running until the release
-        plan = transport_plan(setup.transport)  # the transport's vLLM end; LoRA adapters over it
-        self._weights = VLLMAdapterSync(plan, setup.lora) if setup.lora is not None \
-            else plan.vllm_receiver(setup.bitwise)
+        self.gate = UpdateGate(vllm.recompute_kv_on_sync)  # pause, marks and release of each weight update
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True).start()
         try:
@@ -139,14 +141,12 @@ class VLLMRolloutEngine:
         # vLLM forks its engine process unless told otherwise (it does inside Ray actors); forking a
         # process that runs Ray's threads (a driver, a test) deadlocks at engine start
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-        if self.setup.bitwise:  # vLLM's switch is its environment; its engine process inherits it
-            os.environ["VLLM_BATCH_INVARIANT"] = "1"
+        os.environ.update(self.mode.environment())  # vLLM's switches for the mode; its engine process inherits them
         # the output handler applies each engine step's outputs whole (it would yield every 128 requests), so a
         # weight update finds every output either applied or still queued: exact token counts without a drain
         os.environ["VLLM_V1_OUTPUT_PROC_CHUNK_SIZE"] = str(2**30)
-        self._gate = asyncio.Event()  # made on the engine's loop, where every request passes it
-        self._gate.set()
-        args = engine_args(self.vllm, self.setup, model_path, self.dtype, self._weights.engine_args())
+        self.gate.start()
+        args = engine_args(self.vllm, self.setup, model_path, self.dtype, self.mode)
         try:
             # LLM_CLASS: vLLM's batch-throughput defaults (on a large GPU 1024 sequences, 16384 tokens per step);
             # the default context sizes the engine for serving (128 sequences, 2048 tokens)
@@ -182,8 +182,7 @@ class VLLMRolloutEngine:
                                 output_kind=RequestOutputKind.FINAL_ONLY,
                                 stop_token_ids=[] if r.ignore_eos else [self.tokenizer.eos_token_id])
         rid = f"{r.request_id}-{uuid.uuid4().hex[:8]}"
-        await self._gate.wait()  # a weight update in progress: start on the new weights
-        self._marks.open(rid)  # no await since the gate: an update now sees this request as running
+        await self.gate.enter(rid)  # a weight update in progress: start on the new weights
         timed_out = []
         timeout = self.setup.request_timeout_s if r.timeout_s is None else r.timeout_s
         timer = self._loop.call_later(timeout, self._expire, rid, timed_out)
@@ -194,18 +193,8 @@ class VLLMRolloutEngine:
                 final = out
         finally:
             timer.cancel()
-            marks = self._marks.close(rid)
-        by_index = {c.index: c for c in (final.outputs if final is not None else [])}
-        samples = []
-        for i in range(r.n):
-            c = by_index.get(i)
-            tokens = list(c.token_ids) if c is not None else []
-            samples.append(Sample(
-                request_id=r.request_id, prompt_ids=list(r.prompt_ids), completion_ids=tokens,
-                logprobs=sampled_logprobs(c.logprobs, tokens) if c is not None else [],
-                versions=completion_versions(len(tokens), marks, i, self.version),
-                finish_reason=(c.finish_reason if c is not None and c.finish_reason else "abort"),
-                text=self.tokenizer.decode(tokens, skip_special_tokens=True)))
+            marks = self.gate.marks.close(rid)
+        samples = request_samples(r, final, marks, self.version, self.tokenizer)
         self.counts["aborted"] += sum(s.finish_reason == "abort" for s in samples)
         self.counts["timed_out"] += len(timed_out) * r.n
         self.counts["tokens_done"] += sum(len(s.completion_ids) for s in samples)
@@ -220,59 +209,20 @@ class VLLMRolloutEngine:
         await self._on_loop(self._pause())
 
     async def _pause(self) -> None:
-        """Freeze vLLM's requests, then mark the tokens each holds as the current version's: those its output
-        handler has applied plus those still queued for it (a client without that queue: wait until outputs stop
-        arriving)."""
-        t0 = time.perf_counter()
-        core = self.llm.engine_core  # its pause without pause_generation's fixed 20 ms sleep
-        await core.pause_scheduler_async(mode="keep", clear_cache=self.vllm.recompute_kv_on_sync)
-        t1 = time.perf_counter()
-        seen, m, queued = None, self._marks, queued_tokens(self.llm)
-        while queued is None and m.running() and seen != (now := (m.finished, m.tokens_in_flight(self.llm))):
-            seen = now
-            await asyncio.sleep(SETTLE_TICK_S)
-        m.mark(self.llm, self.version, queued)
-        self.last_pause = {"pause_engine_s": t1 - t0, "pause_settle_s": time.perf_counter() - t1,
-                           "pause_queued_tokens": sum((queued or {}).values())}
+        await self.gate.pause(self.llm, self.version)
 
     def stats(self) -> dict:
         """Counters plus tokens generated so far, in-flight requests included."""
         # vLLM's request states live on the loop; after shutdown neither runs
         in_flight = 0 if self._closed else self._on_loop_blocking(self._tokens_in_flight())
-        return {**self.counts, "untracked_at_update": self._marks.untracked,
+        return {**self.counts, "untracked_at_update": self.gate.marks.untracked,
                 "tokens_generated": self.counts["tokens_done"] + in_flight}
 
     async def _tokens_in_flight(self) -> int:
-        return self._marks.tokens_in_flight(self.llm)
+        return self.gate.marks.tokens_in_flight(self.llm)
 
     async def resume(self) -> None:
         await self._on_loop(self.llm.resume_generation())
-
-    async def _hold(self) -> None:
-        """The start of a weight update: new requests wait at the gate; vLLM is paused only when requests are
-        running (its pause_generation sleeps 20 ms even when idle). With nothing running and the gate shut, no
-        new cache block can be written until the release, so the prefix cache of the old weights is reset
-        while the weights travel (a round trip to vLLM's engine process, awaited before the gate opens)."""
-        self._gate.clear()
-        self._paused, self.last_pause = self._marks.running(), dict(NO_PAUSE)
-        if self._paused:
-            await self._pause()
-        elif self.vllm.recompute_kv_on_sync:
-            self._reset = asyncio.ensure_future(self.llm.reset_prefix_cache())
-
-    async def _release(self) -> None:
-        """The end of a weight update: resume a paused vLLM, or see its prefix cache reset; then let waiting
-        requests in."""
-        reset, self._reset = self._reset, None
-        try:
-            if self._paused:
-                await self.llm.resume_generation()
-            elif reset is not None and not await reset:
-                log.warning("vLLM did not reset its prefix cache for a weight update; cached prompt blocks "
-                            "of the previous weights may be reused")
-        finally:
-            self._paused = False
-            self._gate.set()
 
     async def init_weight_transfer(self, group_info) -> None:
         await self._on_loop(self._weights.init(self.llm, group_info))
@@ -293,7 +243,7 @@ class VLLMRolloutEngine:
         if self.asleep:  # only the weights come back before the sync; the KV cache after it
             await self.llm.wake_up(tags=["weights"])
         else:
-            await self._hold()
+            await self.gate.hold(self.llm, self.version)
         await self._weights.start(self.llm)
 
     async def receive_weights(self, meta) -> None:
@@ -309,18 +259,18 @@ class VLLMRolloutEngine:
             await self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
         else:
-            await self._release()
+            await self.gate.release(self.llm)
         await self._weights.recheck(self.llm)  # bitwise mode: what the sync wrote, read again where checkable
 
     async def _stop_requests(self) -> None:
         """Abort the running requests and let their callers take the partial samples (counted as aborted); then
         stop vLLM's output handler."""
-        running = list(self._marks.marks)
+        running = list(self.gate.marks.marks)
         if running:
             log.info("vLLM shutting down: aborting %d running requests", len(running))
             await self.llm.abort(running)
             for _ in range(SHUTDOWN_TICKS):  # each request's generator ends at the abort's final output
-                if not self._marks.running():
+                if not self.gate.marks.running():
                     break
                 await asyncio.sleep(SETTLE_TICK_S)
         handler = getattr(self.llm, "output_handler", None)  # AsyncLLM's task; started by its first request
@@ -328,6 +278,11 @@ class VLLMRolloutEngine:
             handler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await handler
+
+    @property
+    def last_pause(self) -> dict:
+        """The last weight update's pause: vLLM's part, the wait for its outputs, the tokens still queued."""
+        return self.gate.last_pause
 
     def last_receive(self) -> dict:
         """ipc: how the last sync wrote the weights (direct or load_weights) and how long it took there."""

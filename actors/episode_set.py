@@ -1,0 +1,36 @@
+"""EpisodeSet: the episodes a rollout worker runs now, each a task on the actor's loop. The first one to raise
+keeps its error, which stops the worker's lease loop and is raised once the others have finished."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class EpisodeSet:
+    def __init__(self, metrics) -> None:
+        self.running: set[asyncio.Task] = set()
+        self.error: BaseException | None = None
+        self.metrics = metrics  # the worker's RayMetrics: the episodes-in-flight gauge
+
+    def start(self, episode) -> None:
+        job = asyncio.create_task(episode)
+        self.running.add(job)
+        job.add_done_callback(self._ended)
+        self.metrics.set("rollout_episodes_in_flight", len(self.running))
+
+    def _ended(self, job: asyncio.Task) -> None:
+        self.running.discard(job)
+        if not job.cancelled() and job.exception() is not None and self.error is None:
+            self.error = job.exception()
+
+    async def wait(self) -> None:
+        """Until every running episode has ended; then the first error, if any."""
+        await asyncio.gather(*self.running)
+        if self.error is not None:
+            raise self.error
+
+
+def workflow_stats(workflow) -> dict:
+    """The workflow's own counts (tool failures, malformed tool calls, ...), if it keeps any."""
+    stats = getattr(workflow, "stats", None)
+    return dict(stats()) if callable(stats) else {}
