@@ -18,6 +18,7 @@ from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.device_memory import device_used_gb
 from rayrl.metrics import RayMetrics
+from rayrl.models.tokenizer import load_tokenizer
 from rayrl.rewards.combine import unscored
 from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
 from rayrl.workflows.base import EpisodeEngine, Sampling, request_seed
@@ -38,11 +39,12 @@ class RewardUnavailable(RuntimeError):
 # "gen" is left at Ray's own bound for async actors; the engine batches the calls of concurrent episodes
 @ray.remote(concurrency_groups={"gen": 1000, "ctrl": 1})
 class RolloutWorker:
-    def __init__(self, index: int, cfg: Config, model_path: str, template: PromptTemplate, buffer,
-                 rewards: list, num_threads: int, gateway=None, gateway_url: str = "",
-                 search_path: list[str] | None = None) -> None:
-        """Also what a restart runs: model_path's weights, no sync group, nothing generated until it rejoins."""
+    def __init__(self, index: int, cfg: Config, model_path: str, buffer, rewards: list, num_threads: int,
+                 gateway=None, gateway_url: str = "", search_path: list[str] | None = None) -> None:
+        """Also what a restart runs: model_path's weights and tokenizer, no sync group, nothing generated until it
+        rejoins. Every argument is passed by value or handle (nothing in the object store a restart would need)."""
         self.index, self.cfg = index, cfg
+        template = PromptTemplate(load_tokenizer(model_path))
         self.label = f"rollout-{index}"  # "rollout-0 restart 1" once the driver brought it back
         self.life = 0  # restarts so far, set by the driver: the buffer ignores calls of earlier lives
         self.template, self.buffer, self.rewards = template, buffer, rewards

@@ -37,7 +37,7 @@ from benchmarks.common import as_repeats, benchmark_parser, merged_commit, print
 from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from benchmarks.learner_mfu import SHAPES, count_params
 from rayrl.config import load_config
-from rayrl.models.random_qwen2 import save_random_qwen2
+from rayrl.testing.random_qwen2 import save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
 from rayrl.driver import start_ray
 from rayrl.trainer import train

@@ -31,7 +31,7 @@ from rayrl.config import load_config
 from rayrl.data.gsm8k import write_synthetic_gsm8k
 from rayrl.engines.rollout.vllm_modes import BITWISE_GRAPHS
 from rayrl.models.bitwise_ops import strided_rows
-from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.testing.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.models.policy import load_policy
 from rayrl.models.tokenizer import TEXT_CHARS
 

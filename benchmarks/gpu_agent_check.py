@@ -17,7 +17,7 @@ from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.actors import Gateway, RewardActor, RolloutWorker, TrajectoryBuffer
 from rayrl.config import load_config
 from rayrl.data import PromptTemplate, load_tasks
-from rayrl.components import demo_model
+from rayrl.demo import prepare_models
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.types import GenerationRequest
 from rayrl.workflows.base import Sampling
@@ -54,7 +54,7 @@ def main() -> None:
     cfg = load_config("recipes/calculator_agent.yaml", [*gpu, "rollout.engine=vllm", "vllm.enforce_eager=true",
                                                         "vllm.dtype=float32", *args.overrides])
     ray.init(address="local", include_dashboard=False)
-    model = str(demo_model(cfg))
+    model = prepare_models(cfg).policy
     template = ray.put(PromptTemplate(load_tokenizer(model)))
     _, held_out = load_tasks(cfg.data)
     buffer = TrajectoryBuffer.remote(8, 1)
@@ -62,8 +62,8 @@ def main() -> None:
     gateway = Gateway.remote(cfg, template, [])
     url = ray.get(gateway.start.remote())
     hf_cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"engine": "hf"})})
-    vllm = RolloutWorker.options(num_gpus=args.gpu).remote(0, cfg, model, template, buffer, rewards, 4, gateway, url)
-    hf = RolloutWorker.options(num_gpus=0).remote(1, hf_cfg, model, template, buffer, rewards, 4, gateway, url)
+    vllm = RolloutWorker.options(num_gpus=args.gpu).remote(0, cfg, model, buffer, rewards, 4, gateway, url)
+    hf = RolloutWorker.options(num_gpus=0).remote(1, hf_cfg, model, buffer, rewards, 4, gateway, url)
     rows = []
     for name, worker, index in (("vllm", vllm, 0), ("hf", hf, 1)):
         ray.get(gateway.set_workers.remote([vllm, hf]))

@@ -20,7 +20,7 @@ from benchmarks.common import benchmark_parser, print_table, run_outside_ray, wr
 from rayrl.actors import CriticGroup, LearnerGroup
 from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
-from rayrl.components import demo_model
+from rayrl.demo import prepare_models
 from rayrl.placement import PlacementPlan
 from rayrl.types import Sample, Task, TrajectoryGroup
 
@@ -138,7 +138,7 @@ def main() -> None:
     # the arithmetic policy built from config and warmed up: trained, so its next-token
     # distributions are peaked (a random model's are near-uniform and would prove little)
     cfg = load_config(None, [f"demo.cache_dir={work}"])
-    base = demo_model(cfg)
+    base = prepare_models(cfg).policy
     from rayrl.data import PromptTemplate, split
     from transformers import AutoTokenizer
 

@@ -15,6 +15,7 @@ import ray
 from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.config import load_config
 from rayrl.data import load_tasks
+from rayrl.demo import prepare_models
 from rayrl.driver import ActorSystem
 
 
@@ -36,7 +37,7 @@ def check(dtype: str, work: str, placement: list[str]) -> dict:
         "vllm.gpu_memory_utilization=0.3", "rollout.temperature=1.0", "learner.lr=2e-4",
         "rollout.max_new_tokens=8", f"demo.cache_dir={work}/models", f"metrics.run_dir={work}/runs",
         f"metrics.run_name=check-{dtype}", "metrics.progress=false"])
-    t = ActorSystem(cfg, f"check-{dtype}")
+    t = ActorSystem(cfg, f"check-{dtype}", models=prepare_models(cfg))
     train_tasks, eval_tasks = load_tasks(cfg.data)
     try:
         rollout, learner = t.rollouts[0], t.learners.rank0

@@ -25,7 +25,7 @@ from benchmarks.common import benchmark_parser, print_table, write_result
 from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from rayrl.actors import LearnerGroup
 from rayrl.config import load_config
-from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.testing.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.placement import PlacementPlan
 from rayrl.types import Sample, Task, TrajectoryGroup
 

@@ -26,7 +26,7 @@ from benchmarks.learner_mfu import SHAPES, make_groups
 from rayrl.batching import collate
 from rayrl.config import load_config
 from rayrl import components
-from rayrl.models.random_qwen2 import save_random_qwen2
+from rayrl.testing.random_qwen2 import save_random_qwen2
 from rayrl.rendezvous import free_port
 
 # kernel-name fragments per category, first match wins

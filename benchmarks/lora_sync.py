@@ -20,8 +20,9 @@ import ray
 from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.config import load_config
 from rayrl.data import load_tasks
+from rayrl.demo import prepare_models
 from rayrl.driver import ActorSystem
-from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.testing.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
 
 VARIANTS = {"full": ["lora.enabled=false"], "lora": ["lora.enabled=true", "lora.rank=16"],
@@ -41,7 +42,7 @@ def measure(overrides: list[str], steps: int, hot: int, name: str) -> dict:
     cfg = load_config(None, [*overrides, "rollout.batch_size=16", "rollout.group_size=8", "data.eval_size=16",
                              "algorithm.dynamic_sampling=false", "metrics.progress=false",
                              "scheduler.include_dashboard=false"])
-    system = ActorSystem(cfg, name)
+    system = ActorSystem(cfg, name, models=prepare_models(cfg))
     try:
         tasks = load_tasks(cfg.data)[0]
         rollout, reward = system.rollouts[0], system.rewards[0]

@@ -33,7 +33,7 @@ from benchmarks.common import benchmark_parser, outside_ray_env, print_table, sp
 from benchmarks.gpu_busy import GpuBusySampler
 from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
-from rayrl.models.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.testing.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.placement import PlacementPlan
 from rayrl.types import GenerationRequest
 
@@ -87,19 +87,15 @@ class OurWorker:
     """One RolloutWorker in the run's placement group (rollout bundles only); run() times one window."""
 
     def __init__(self, model_dir: Path, overrides: list[str], prompts: list[list[int]], max_tokens: int) -> None:
-        from transformers import AutoTokenizer
-
         from rayrl.actors import RolloutWorker
-        from rayrl.data import PromptTemplate
 
         cfg = load_config(None, [f"model.path={model_dir}", *overrides])
         gpus = cfg.cluster.n_gpus_per_node
         ray.init(address="local", num_gpus=gpus, num_cpus=4 if not gpus else None, include_dashboard=False)
         self.plan = PlacementPlan(cfg, name="rollout-throughput", rollout_only=True)
         self.plan.create()
-        template = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(model_dir)))
         self.worker = RolloutWorker.options(**self.plan.actor_options("rollout")).remote(
-            0, cfg, str(model_dir), template, None, [], 1)
+            0, cfg, str(model_dir), None, [], 1)
         self.requests = [GenerationRequest(str(i), p, 1, max_tokens, 0.7, ignore_eos=True) for i, p in enumerate(prompts)]
         ray.get(self.worker.generate.remote(self.requests[:8]))  # warm-up
 

@@ -67,7 +67,7 @@ fixtures() {  # a Qwen2-1.5B-shaped model with random weights and synthetic GSM8
   work=$(mktemp -d)
   python3 -c "
 from rayrl.data.gsm8k import write_synthetic_gsm8k
-from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.testing.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
 shape = {k: v for k, v in QWEN2_1_5B_SHAPE.items() if k != 'vocab_size'}
 save_random_qwen2('$work/model', chars=TEXT_CHARS, **shape)

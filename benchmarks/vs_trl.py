@@ -27,7 +27,7 @@ from pathlib import Path
 from benchmarks.common import benchmark_parser, bootstrap_ratio, print_table, spread, write_result
 from rayrl.config import Config, load_config
 from benchmarks.trl_learning import run_trl, run_trl_child
-from rayrl.components import demo_model
+from rayrl.demo import prepare_models
 
 RECIPE = "recipes/arithmetic_grpo.yaml"
 SAME = ["algorithm.dynamic_sampling=false", "algorithm.beta=0.0"]  # what TRL's GRPOTrainer also does
@@ -172,7 +172,7 @@ def main() -> None:
     args.systems = args.systems or "trl,rayrl-hf,rayrl-vllm"
     args.overrides = [*CONFIGS[args.config], *args.overrides]
     cfg = load_config(RECIPE, [*SAME, *args.overrides])
-    model_path = demo_model(cfg)
+    model_path = prepare_models(cfg).policy
     systems, runs = args.systems.split(","), []
     seeds = [int(x) for x in args.seeds.split(",") if x]
     for rep in range(args.repeats):

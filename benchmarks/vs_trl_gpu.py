@@ -36,7 +36,7 @@ from benchmarks.common import as_repeats, merged_commit, outside_ray_env, print_
 from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
 from benchmarks.learner_mfu import SHAPES
 from benchmarks.trl_gpu import MARKER, variant, versions
-from rayrl.models.random_qwen2 import save_random_qwen2
+from rayrl.testing.random_qwen2 import save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
 
 PROMPTS, GROUP, LR = 32, 8, 1e-6

@@ -30,9 +30,8 @@ from benchmarks.common import benchmark_parser, print_table, write_result
 from benchmarks.gpu_learner_check import mismatch
 from rayrl.actors import LearnerGroup, RolloutWorker, WeightBroadcaster
 from rayrl.config import load_config
-from rayrl.data import PromptTemplate
-from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
-from rayrl.models.tokenizer import TEXT_CHARS, load_tokenizer
+from rayrl.testing.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.models.tokenizer import TEXT_CHARS
 from rayrl.placement import PlacementPlan
 from rayrl.types import GenerationRequest, Task, TrajectoryGroup
 
@@ -135,8 +134,7 @@ def main() -> None:
     ray.init(address="local", include_dashboard=False)
     plan = PlacementPlan(cfg, name="weight-sync")
     plan.create()
-    template = ray.put(PromptTemplate(load_tokenizer(str(model))))
-    rollout = RolloutWorker.options(**plan.actor_options("rollout", 0)).remote(0, cfg, str(model), template, None, [], 2)
+    rollout = RolloutWorker.options(**plan.actor_options("rollout", 0)).remote(0, cfg, str(model), None, [], 2)
     ray.get(rollout.health.remote())  # vLLM sizes its pools before the learner allocates
     learners = LearnerGroup(cfg, str(model), plan)
     broadcaster = WeightBroadcaster.remote(cfg, learners, [rollout])

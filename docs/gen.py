@@ -1,4 +1,4 @@
-"""Writes the generated pages of the manual: configuration.md from rayrl/config.py (every section, key, type,
+"""Writes the generated pages of the manual: configuration.md from rayrl/config/sections.py (every section, key, type,
 default and description) and benchmarks.md from the newest JSON of each benchmark in benchmarks/results/.
 
     python docs/gen.py           # write them
@@ -36,12 +36,14 @@ def configuration_md() -> str:
     from rayrl.config import SECTIONS
 
     out = ["# Configuration", "",
-           "Generated from `rayrl/config.py` by `python docs/gen.py`; CI checks it is current.", "",
+           "Generated from `rayrl/config/sections.py` by `python docs/gen.py`; CI checks it is current.", "",
            "A run's config is a YAML file of these sections plus dotted overrides on the command line",
            "(`python recipes/arithmetic_grpo.py --config recipes/arithmetic_grpo.yaml rollout.batch_size=64`).",
            "An unknown key, a wrong type or a value out of range is an error naming the key; rules across",
-           "sections are named functions in `rayrl/config_rules.py`; a key that moved is refused naming its",
-           "new place (`rayrl/config_moved.py`). Each component receives its own section only.", ""]
+           "sections are named functions in `rayrl/config/rules.py`; a key that moved is refused naming its",
+           "new place (`rayrl/config/moved.py`); what needs a component's code (a transport's requirements, the",
+           "reward function, the files) `rayrl check-config` checks before Ray starts (`rayrl/preflight.py`).",
+           "Each component receives its own section only.", ""]
     for name, section in SECTIONS.items():
         out += [f"## `{name}`", "", (section.__doc__ or "").strip(), "", "| key | type | default | what it does |",
                 "|---|---|---|---|"]

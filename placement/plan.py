@@ -51,14 +51,11 @@ class PlacementPlan:
             self.slots["learner"] = list(range(n_roll, n_roll + l.num_workers))
             if self.tp > 1:
                 self.gpus["rollout"] = 0.0
-        else:
-            if self.tp > 1:
-                raise ValueError(f"placement.mode={p.mode} supports vllm.tensor_parallel_size=1 only; "
-                                 "use placement.mode=split")
+        else:  # the config's rules hold: one device per vLLM worker, rollout workers paired with learner ranks
+            if learner_only or rollout_only:
+                raise ValueError(f"placement.mode={p.mode} pairs every rollout worker with a learner rank: a plan of "
+                                 "one role (learner_only, rollout_only) needs placement.mode=split")
             k = p.rollouts_per_gpu if p.mode == "share" else 1
-            if r.num_workers != l.num_workers * k or learner_only or rollout_only:
-                raise ValueError(f"placement.mode={p.mode} needs rollout.num_workers == learner.num_workers * "
-                                 f"placement.rollouts_per_gpu ({k}), got {r.num_workers} and {l.num_workers}")
             self.bundles = [_bundle(k * r.cpus_per_worker + l.cpus_per_worker, gpu)] * l.num_workers
             self.slots["rollout"] = [b for b in range(l.num_workers) for _ in range(k)]
             self.slots["learner"] = list(range(l.num_workers))

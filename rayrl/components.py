@@ -4,7 +4,6 @@ component takes. Actors and the driver build components here; components never s
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from rayrl.config import Config
 from rayrl.engines.learner.base import LearnerSetup
@@ -71,17 +70,3 @@ def reward_model(cfg: Config, model_path: str, num_threads: int = 1, search_path
     tokenizer = load_tokenizer(model_path)
     engine = resolve(ROLLOUT_ENGINES, m.engine, "reward.model.engine")(model_path, section, setup, tokenizer)
     return Judge(m, engine, tokenizer, search_path)
-
-
-def reward_model_path(cfg: Config) -> Path:
-    """reward.model.path, or the demo judge or scorer built for the arithmetic task."""
-    from rayrl.models.demo_judge import build_reward_model
-
-    return build_reward_model(cfg.reward.model, cfg.demo, cfg.data)
-
-
-def demo_model(cfg: Config) -> Path:
-    """model.path, or the demo model built for data.task from demo.*."""
-    from rayrl.models.demo import build_model
-
-    return build_model(cfg.model, cfg.demo, cfg.data)

@@ -1,8 +1,8 @@
 """What can be checked before Ray starts is checked before Ray starts: the reward function imports and takes
 (sample, task), the workflow class and agent function import, the files and directories the config names, the
 task's data (the file parses, has its fields and answers, leaves problems to train on), one sequence fits a
-micro-batch, LoRA's target modules exist in the model, a reward model's parser and path, the cluster at
-scheduler.address answers. Each failure is a ConfigError naming the key or the file and line, the value, and what
+micro-batch, LoRA's target modules exist in the model, a reward model's parser and path, sync.transport's own
+requirements, the cluster at scheduler.address answers. Each failure is a ConfigError naming the key or the file and line, the value, and what
 is expected."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from pathlib import Path
 
 from rayrl.config import Config, ConfigError
 from rayrl.data import PromptTemplate, load_tasks
+from rayrl.engines.registry import transport_plan
 from rayrl.imports import load_object
-from rayrl.models.demo import qwen2_config
+from rayrl.demo.policy import qwen2_config
 from rayrl.models.lora import check_targets
 from rayrl.models.tokenizer import build_char_tokenizer, build_chat_tokenizer, load_tokenizer
 from rayrl.rewards.registry import load_reward_fn
@@ -150,6 +151,26 @@ def check_address(cfg: Config) -> None:
                           f"{s.connect_timeout_s}s ({err}); start one with `ray start --head` or fix the address") from None
 
 
+def transport_fits(c: Config) -> str | None:
+    """sync.transport's own requirements (each transport owns them: rayrl.engines.transport), and an engine-process
+    receiver wherever the weights arrive in the engine's process (the hf engine, vLLM's LoRA adapters)."""
+    try:
+        plan = transport_plan(c.sync.transport)
+    except ValueError as err:
+        return str(err)
+    if (why := plan.requirements(c)) is not None:
+        return why
+    if plan.receiver() is None and (c.rollout.engine == "hf" or c.lora.enabled):
+        return (f"sync.transport={c.sync.transport} reaches vLLM's workers only; with rollout.engine=hf or "
+                "lora.enabled the weights arrive in the engine's own process: use sync.transport=gloo or ipc")
+    return None
+
+
+def check_transport(cfg: Config) -> None:
+    if (why := transport_fits(cfg)) is not None:
+        raise ConfigError(why)
+
+
 def preflight(cfg: Config) -> tuple[list[Task], list[Task]]:
     """Every check; returns the task's (train, held-out) problems, loaded while checking them."""
     check_reward_fn(cfg.reward.fn)
@@ -159,5 +180,6 @@ def preflight(cfg: Config) -> tuple[list[Task], list[Task]]:
     check_micro_batch(cfg, [*tasks[0], *tasks[1]])
     check_lora(cfg)
     check_reward_model(cfg)
+    check_transport(cfg)
     check_address(cfg)
     return tasks

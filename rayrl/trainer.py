@@ -9,6 +9,7 @@ import ray
 
 from rayrl import logs
 from rayrl.config import Config
+from rayrl.demo import prepare_models
 from rayrl.driver.actor_system import ActorSystem
 from rayrl.driver.run_directory import RunDirectory
 from rayrl.driver.run_loop import RunLoop
@@ -31,7 +32,7 @@ class Trainer:
         """Train, evaluate, export, and return the summary (also written as summary.json)."""
         t_start = time.perf_counter()
         state = self.run_dir.begin(self.cfg)
-        system = ActorSystem(self.cfg, self.run_dir.name, state)
+        system = ActorSystem(self.cfg, self.run_dir.name, state, prepare_models(self.cfg))
         try:
             check_shared(self.run_dir.checkpoints)  # with several nodes: one directory every node sees
             run = RunLoop(self.cfg, system, self.run_dir, self.tasks, state)

@@ -19,6 +19,7 @@ import ray
 from rayrl.cli import parse_args
 from rayrl.config import Config
 from rayrl.data import load_tasks
+from rayrl.demo import prepare_models
 from rayrl.driver import ActorSystem
 
 
@@ -33,7 +34,7 @@ def logprob_gap(system: ActorSystem, tasks, temperature: float) -> float:
 def main(cfg: Config) -> dict:
     train_tasks, eval_tasks = load_tasks(cfg.data)
     B, steps = cfg.rollout.batch_size, cfg.learner.total_steps
-    system = ActorSystem(cfg, "custom-loop")  # starts or joins Ray, builds the model, creates every role
+    system = ActorSystem(cfg, "custom-loop", models=prepare_models(cfg))  # starts or joins Ray, creates every role
     try:
         ray.get(system.buffer.feed.remote(train_tasks[: 4 * B * (steps + cfg.rollout.max_staleness + 1)]))
         loops = [w.run.remote() for w in system.rollouts]  # generate until the buffer closes

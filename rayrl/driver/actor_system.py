@@ -1,7 +1,7 @@
 """ActorSystem: every role of a run as Ray actor handles, placed by the placement plan. The public way to wire
 rayrl's actors in a program of one's own (recipes/custom_loop.py); the trainer's loop uses it the same way.
 
-    system = ActorSystem(cfg)                    # starts or joins Ray, builds the model, creates the actors
+    system = ActorSystem(cfg, models=prepare_models(cfg))   # starts or joins Ray, creates the actors
     system.buffer.feed.remote(tasks)             # prompts in; rollout workers pull them while .run() loops
     batch = ray.get(system.buffer.get_batch.remote(n))
     stats = system.learners.train([refs for refs, _meta in batch])
@@ -18,9 +18,9 @@ import ray
 from rayrl.actors import (CriticGroup, Gateway, LearnerGroup, RewardActor, RewardModelActor, RolloutWorker,
                           TrajectoryBuffer, WeightBroadcaster)
 from rayrl.checkpoint import RunState
-from rayrl.components import demo_model, reward_model_path
 from rayrl.config import Config
 from rayrl.data import PromptTemplate
+from rayrl.demo import ModelPaths
 from rayrl.driver.ray_cluster import start_ray
 from rayrl.faults import RolloutFailed, wait_all
 from rayrl.models.tokenizer import load_tokenizer
@@ -31,9 +31,12 @@ class ActorSystem:
     """Roles: buffer, reward actors and reward models, gateway (agent workflows), rollout workers, learner group,
     broadcaster and, for algorithm.type=ppo, a critic group. Names (rollout-0, buffer, ...) live in a namespace of the run."""
 
-    def __init__(self, cfg: Config, run_name: str = "rayrl", state: RunState | None = None) -> None:
-        """state: a checkpoint's run state; the buffer continues its ledger and the broadcaster its version. If a
-        role cannot be created, what was created is stopped and the error raised."""
+    def __init__(self, cfg: Config, run_name: str = "rayrl", state: RunState | None = None,
+                 models: ModelPaths | None = None) -> None:
+        """models: the policy's and reward model's directories (rayrl.demo.prepare_models builds the demo ones;
+        None: the paths the config names). state: a checkpoint's run state; the buffer continues its ledger and the
+        broadcaster its version. If a role cannot be created, what was created is stopped and the error raised."""
+        models = models or ModelPaths.given(cfg)
         self.cfg, self.namespace = cfg, f"rayrl-{run_name}"
         self.placement = PlacementPlan(cfg, name=self.namespace)
         self.started_ray = start_ray(cfg.scheduler, self.placement.total_cpus)
@@ -41,11 +44,10 @@ class ActorSystem:
         self.rewards, self.reward_models, self.rollouts, self.rollout_names, self.gateway_url = [], [], [], [], ""
         self.starting_rollouts = []  # rollout.fleet=elastic: workers started on a new node, not in the fleet yet
         try:
-            self.model_path = str(demo_model(cfg))
-            self.reward_model_path = str(reward_model_path(cfg)) if cfg.reward.model.kind != "none" else None
+            self.model_path, self.reward_model_path = models.policy, models.reward_model
             self.placement.create()
             self.tokenizer = load_tokenizer(self.model_path)
-            self.template_ref = ray.put(PromptTemplate(self.tokenizer))  # kept: a restarting worker needs it again
+            self.template_ref = ray.put(PromptTemplate(self.tokenizer))  # the gateway's (a rollout worker loads its own)
             self._services(state)
             self._workers(state.version if state else 0)
         except BaseException:
@@ -97,7 +99,7 @@ class ActorSystem:
         """Rollout worker `index`, restartable (rollout.max_restarts): a restart reruns this constructor."""
         return RolloutWorker.options(**self._options(f"rollout-{index}", "rollout", index),
                                      max_restarts=self.cfg.rollout.max_restarts).remote(
-            index, self.cfg, self.model_path, self.template_ref, self.buffer, self.rewards,
+            index, self.cfg, self.model_path, self.buffer, self.rewards,
             self.placement.threads("rollout"), self.gateway, self.gateway_url, [os.getcwd()])
 
     def elastic_rollout_worker(self, index: int, node_id: str):
@@ -105,7 +107,7 @@ class ActorSystem:
         when its node goes, it goes, and a new one joins where capacity returns."""
         worker = RolloutWorker.options(name=f"rollout-{index}", namespace=self.namespace, max_restarts=0,
                                        **self.placement.elastic_rollout_options(node_id)).remote(
-            index, self.cfg, self.model_path, self.template_ref, self.buffer, self.rewards,
+            index, self.cfg, self.model_path, self.buffer, self.rewards,
             self.placement.threads("rollout"), self.gateway, self.gateway_url, [os.getcwd()])
         self.starting_rollouts.append(worker)  # stopped by close() until the fleet takes it
         return worker

@@ -9,7 +9,7 @@ from pathlib import Path
 from rayrl import checkpoint
 from rayrl.checkpoint import RunState
 from rayrl.config import CheckpointConfig, Config, MetricsConfig
-from rayrl.config_yaml import write_config_file
+from rayrl.config import write_config_file
 
 
 class RunDirectory:

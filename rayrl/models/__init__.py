@@ -1,2 +1,3 @@
-"""Policies: loading one (policy), building the small demo model (demo), random models of real shapes
-(random_qwen2), tokenizers, the learner's scoring head. Import the module you need: each pulls in only its own."""
+"""Policies: loading one (policy), tokenizers, the learner's scoring head and kernels (logprob_head, bitwise_ops,
+bitwise_qwen2, varlen_attention), LoRA adapters. Building the demo models is rayrl.demo's. Import the module you
+need: each pulls in only its own."""

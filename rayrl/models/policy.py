@@ -1,5 +1,5 @@
 """Loading a policy for training or rollout: a local Hugging Face directory, offline, with the learner's
-scoring head and compiled layers when asked. Nothing here builds or warms up a model (rayrl.models.demo)."""
+scoring head and compiled layers when asked. Nothing here builds or warms up a model (rayrl.demo.policy)."""
 
 from __future__ import annotations
 

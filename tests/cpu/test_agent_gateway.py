@@ -14,6 +14,7 @@ import pytest
 import ray
 
 from rayrl.data import load_tasks
+from rayrl.demo import prepare_models
 from rayrl.driver import ActorSystem
 from rayrl.types import GenerationRequest
 from rayrl.workflows.base import Sampling
@@ -27,7 +28,8 @@ GREEDY = Sampling(1, 0.0, 72, 0)
 
 @pytest.fixture(scope="module")
 def agent_run(ray_cluster, agent_cfg):
-    system = ActorSystem(agent_cfg("agent.session_timeout_s=2"), "gateway")
+    cfg = agent_cfg("agent.session_timeout_s=2")
+    system = ActorSystem(cfg, "gateway", models=prepare_models(cfg))
     yield system
     system.close()
 
@@ -122,7 +124,7 @@ def test_built_in_tool_use_workflow_masks_everything_but_the_policy_tokens(agent
 
     system = agent_run
     cfg = agent_cfg("rollout.workflow=rayrl.workflows.multi_turn:ToolUse", "agent.max_turns=3")
-    worker = RolloutWorker.options(num_cpus=0).remote(9, cfg, system.model_path, system.template_ref, system.buffer,
+    worker = RolloutWorker.options(num_cpus=0).remote(9, cfg, system.model_path, system.buffer,
                                                        system.rewards, 1)
     try:
         tasks = load_tasks(system.cfg.data)[1][:8]

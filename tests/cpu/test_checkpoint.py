@@ -10,7 +10,7 @@ import torch
 from rayrl.actors import LearnerGroup
 from rayrl.batching import collate
 from rayrl.engines.learner.scoring import token_logprobs
-from rayrl.components import demo_model
+from rayrl.demo import prepare_models
 from rayrl.models.policy import load_policy
 from rayrl.placement import PlacementPlan
 
@@ -20,7 +20,7 @@ from rayrl.placement import PlacementPlan
                          ids=["fsdp2", "deepspeed-zero3", "torch"])
 def test_save_export_resume(ray_cluster, make_cfg, random_groups, tmp_path, backend):
     cfg = make_cfg("learner.lr=1e-4", "learner.num_workers=2", "learner.lr_warmup_steps=2", *backend)
-    model_path = str(demo_model(cfg))
+    model_path = prepare_models(cfg).policy
     groups = random_groups(4, 4, seed=3)
     items = [[ray.put(g)] for g in groups]
 

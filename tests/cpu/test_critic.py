@@ -7,14 +7,14 @@ from __future__ import annotations
 import ray
 
 from rayrl.actors import CriticGroup, LearnerGroup
-from rayrl.components import demo_model
+from rayrl.demo import prepare_models
 from rayrl.placement import PlacementPlan
 
 
 def test_critic_fits_returns_and_resumes(ray_cluster, make_cfg, random_groups, tmp_path):
     cfg = make_cfg("algorithm.type=ppo", "learner.backend=fsdp", "learner.num_workers=2", "algorithm.critic_lr=1e-3",
                    "algorithm.value_clip=10.0")
-    model_path = str(demo_model(cfg))
+    model_path = prepare_models(cfg).policy
     items = [[ray.put(g)] for g in random_groups(4, 4, seed=5)]
     plan = PlacementPlan(cfg, name="critic-a", learner_only=True)
     plan.create()

@@ -6,7 +6,7 @@ import pytest
 import ray
 
 from rayrl.actors import LearnerGroup
-from rayrl.components import demo_model
+from rayrl.demo import prepare_models
 from rayrl.placement import PlacementPlan
 
 
@@ -25,7 +25,7 @@ def train_twice(cfg, model_path, items, name):
 @pytest.fixture(scope="module")
 def reference(ray_cluster, make_cfg, random_groups):
     cfg = make_cfg("learner.lr=1e-4", "learner.max_tokens_per_micro_batch=64")
-    model_path = str(demo_model(cfg))
+    model_path = prepare_models(cfg).policy
     groups = random_groups(8, 4, seed=1)
     items = [[ray.put(g)] for g in groups]
     return model_path, items, train_twice(cfg, model_path, items, "ref")

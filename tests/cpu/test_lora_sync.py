@@ -7,6 +7,7 @@ import pytest
 import ray
 
 from rayrl.data import load_tasks
+from rayrl.demo import prepare_models
 from rayrl.driver import ActorSystem
 from rayrl.models.lora import is_adapter
 
@@ -18,8 +19,8 @@ def test_lora_sync_carries_only_the_adapters_and_the_engine_samples_with_them(ra
     with the sync skipped after a step they do not, so the check would catch an engine left on an old adapter.
     vLLM samples with the adapters as its own LoRA (enable_lora): loaded from a directory at the first sync,
     written into its LoRA slot at the later ones."""
-    s = ActorSystem(make_cfg("lora.enabled=true", "lora.rank=4", "learner.lr=1e-2", *engine),
-                    f"lora-sync-{engine[0].split('=')[1]}")
+    cfg = make_cfg("lora.enabled=true", "lora.rank=4", "learner.lr=1e-2", *engine)
+    s = ActorSystem(cfg, f"lora-sync-{engine[0].split('=')[1]}", models=prepare_models(cfg))
     try:
         tasks = load_tasks(s.cfg.data)[0][:16]
         rollout, learner, reward = s.rollouts[0], s.learners.rank0, s.rewards[0]

@@ -8,6 +8,7 @@ import pytest
 import ray
 
 from rayrl.data import load_tasks
+from rayrl.demo import prepare_models
 from rayrl.driver import ActorSystem
 from rayrl.actors import TrajectoryBuffer
 from rayrl.group_refs import get_groups, put_groups
@@ -16,7 +17,8 @@ from rayrl.types import GroupMeta, Sample, Task, TrajectoryGroup
 
 @pytest.fixture(scope="module")
 def system(ray_cluster, make_cfg):
-    s = ActorSystem(make_cfg(), "sync-check")
+    cfg = make_cfg()
+    s = ActorSystem(cfg, "sync-check", models=prepare_models(cfg))
     yield s
     s.close()
 

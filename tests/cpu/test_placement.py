@@ -44,7 +44,7 @@ def test_shared_plan_puts_both_roles_in_one_bundle():
     assert [b.get("GPU", 0) for b in plan.bundles] == [1.0, 0]
     assert plan.slots["rollout"] == plan.slots["learner"] == [0]
     assert plan.gpus["rollout"] == plan.gpus["learner"] == 0.5
-    with pytest.raises(ValueError, match="placement.mode=share needs rollout.num_workers == learner.num_workers"):
+    with pytest.raises(ValueError, match="placement.mode=share pairs every rollout worker with a learner rank"):
         PlacementPlan(cfg, rollout_only=True)
 
 

@@ -13,7 +13,7 @@ import torch
 
 from rayrl.config import load_config
 from rayrl.data.gsm8k import write_synthetic_gsm8k
-from rayrl.models.random_qwen2 import save_random_qwen2
+from rayrl.testing.random_qwen2 import save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
 from rayrl.trainer import train
 

@@ -9,6 +9,7 @@ import pytest
 import ray
 
 from rayrl.data import load_tasks
+from rayrl.demo import prepare_models
 from rayrl.driver import ActorSystem
 from rayrl.types import GenerationRequest, TrajectoryGroup
 
@@ -17,8 +18,8 @@ import vllm  # noqa: E402,F401 - make test installs the CPU build: missing, thes
 
 @pytest.fixture(scope="module")
 def system(ray_cluster, make_cfg):
-    s = ActorSystem(make_cfg("rollout.engine=vllm", "vllm.enforce_eager=true", "vllm.cpu_kv_cache_gb=0.25"),
-                    "vllm-check")
+    cfg = make_cfg("rollout.engine=vllm", "vllm.enforce_eager=true", "vllm.cpu_kv_cache_gb=0.25")
+    s = ActorSystem(cfg, "vllm-check", models=prepare_models(cfg))
     yield s
     s.close()
 
@@ -121,14 +122,10 @@ def test_request_past_its_timeout_is_aborted_with_partial_tokens(system):
 def test_engine_that_cannot_start_names_the_knob(system):
     """A rollout worker whose vLLM cannot start (a KV cache larger than the machine) dies with an error
     naming the knob, instead of hanging."""
-    from transformers import AutoTokenizer
-
     from rayrl.actors import RolloutWorker
-    from rayrl.data import PromptTemplate
 
     cfg = system.cfg.model_copy(update={"vllm": system.cfg.vllm.model_copy(update={"cpu_kv_cache_gb": 4096.0})})
-    template = ray.put(PromptTemplate(AutoTokenizer.from_pretrained(system.model_path)))
-    worker = RolloutWorker.options(num_cpus=0.5).remote(0, cfg, system.model_path, template, None, [], 1)
+    worker = RolloutWorker.options(num_cpus=0.5).remote(0, cfg, system.model_path, None, [], 1)
     with pytest.raises(ray.exceptions.RayActorError, match="vllm.cpu_kv_cache_gb"):
         ray.get(worker.stats.remote(), timeout=300)
 

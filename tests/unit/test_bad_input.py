@@ -90,3 +90,25 @@ def test_random_data_files_give_tasks_or_a_config_error_naming_the_file(tmp_path
         return
     valid = [r for r in rows if r.strip()]
     assert len(train) + len(held_out) == len(valid) >= 2
+
+
+# configurations that once passed the config and failed only when the placement group or the transport was built
+AT_PLACEMENT = {
+    "colocated workers unpaired": (["placement.mode=colocate", "rollout.max_staleness=0", "rollout.num_workers=2"],
+                                   "needs rollout.num_workers == learner.num_workers"),
+    "colocated vLLM over two GPUs": (["placement.mode=share", "cluster.n_gpus_per_node=2", "rollout.engine=vllm",
+                                      "vllm.tensor_parallel_size=2", "sync.transport=ipc",
+                                      "learner.gpu_memory_fraction=0.15"], "set vllm.tensor_parallel_size=1"),
+    "nccl on a shared GPU": (["placement.mode=share", "cluster.n_gpus_per_node=1", "rollout.engine=vllm",
+                              "learner.gpu_memory_fraction=0.1", "sync.transport=nccl"], "NCCL cannot form a group"),
+}
+
+
+@pytest.mark.parametrize("case", AT_PLACEMENT)
+def test_check_config_refuses_what_would_fail_at_placement(case, capsys):
+    """`rayrl check-config` refuses each one with one line naming the key, before Ray starts."""
+    overrides, match = AT_PLACEMENT[case]
+    with pytest.raises(SystemExit) as stop:
+        main(["check-config", *overrides])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and re.search(match, err[0]), err

@@ -69,8 +69,10 @@ def test_recipe_exits_nonzero_on_typo():
 
 
 def test_gpu_only_options_are_rejected_on_cpu():
-    with pytest.raises(ConfigError, match="sync.transport=nccl needs GPUs"):
-        load_config(None, ["sync.transport=nccl", "rollout.engine=vllm"])
+    from rayrl.preflight import check_transport
+
+    with pytest.raises(ConfigError, match="sync.transport=nccl needs GPUs"):  # a transport's own requirement
+        check_transport(load_config(None, ["sync.transport=nccl", "rollout.engine=vllm"]))
     with pytest.raises(ConfigError, match="tensor_parallel_size > 1 needs rollout.engine=vllm"):
         load_config(None, ["vllm.tensor_parallel_size=2", "cluster.n_gpus_per_node=2"])
 
@@ -109,7 +111,15 @@ _COLOCATED_LORA = ["lora.enabled=true", "rollout.engine=vllm", "placement.mode=c
                    "cluster.n_gpus_per_node=1", "sync.transport=ipc"]
 # each rule across sections: overrides that break it, and the same with the fix that makes it hold
 RULE_CASES = {
-    "transport_fits": (["sync.transport=nccl"], ["sync.transport=gloo"]),
+    "colocated_workers_pair_up": (["placement.mode=colocate", "rollout.max_staleness=0", "rollout.num_workers=2"],
+                                  ["placement.mode=colocate", "rollout.max_staleness=0", "rollout.num_workers=2",
+                                   "learner.num_workers=2", "learner.backend=fsdp"]),
+    "colocated_vllm_is_one_device": (["placement.mode=share", "cluster.n_gpus_per_node=2", "rollout.engine=vllm",
+                                      "vllm.tensor_parallel_size=2", "sync.transport=ipc",
+                                      "learner.gpu_memory_fraction=0.15"],
+                                     ["placement.mode=split", "cluster.n_gpus_per_node=2", "rollout.engine=vllm",
+                                      "vllm.tensor_parallel_size=2", "sync.transport=ipc",
+                                      "learner.gpu_memory_fraction=0.15"]),
     "group_relative_needs_groups": (["rollout.group_size=1", "algorithm.dynamic_sampling=false"],
                                     ["rollout.group_size=1", "algorithm.dynamic_sampling=false",
                                      "algorithm.type=reinforce_pp"]),
@@ -179,20 +189,20 @@ TRANSPORT_CASES = {
 
 @pytest.mark.parametrize("case", TRANSPORT_CASES)
 def test_each_transport_requirement(case):
-    """A configuration a transport cannot serve is refused before Ray starts, naming what to set; the fix holds."""
-    from rayrl.config_rules import transport_fits
+    """A configuration a transport cannot serve is refused by the preflight (`rayrl check-config`, `rayrl train`)
+    before Ray starts, naming what to set; the fix holds."""
+    from rayrl.preflight import check_transport, transport_fits
 
     bad, good = TRANSPORT_CASES[case]
-    why = transport_fits(_unchecked(bad))
+    why = transport_fits(load_config(None, bad))
     assert why is not None and "sync.transport" in why
     with pytest.raises(ConfigError) as err:
-        load_config(None, bad)
+        check_transport(load_config(None, bad))
     assert why in str(err.value)
-    assert transport_fits(_unchecked(good)) is None
-    load_config(None, good)
+    check_transport(load_config(None, good))
 
 
-@pytest.mark.parametrize("rule", __import__("rayrl.config_rules", fromlist=["RULES"]).RULES, ids=lambda r: r.__name__)
+@pytest.mark.parametrize("rule", __import__("rayrl.config.rules", fromlist=["RULES"]).RULES, ids=lambda r: r.__name__)
 def test_each_rule_across_sections(rule):
     """Every rule has a case here; it names what to set, and the fix makes it (and every rule) hold."""
     bad, good = RULE_CASES[rule.__name__]
@@ -206,7 +216,7 @@ def test_each_rule_across_sections(rule):
 
 
 def test_a_written_config_reads_back_as_the_same_config(tmp_path):
-    from rayrl.config_yaml import write_config_file
+    from rayrl.config import write_config_file
 
     cfg = load_config(None, ["learner.adam_betas=[0.8,0.9]", "learner.adam_fused=true", "algorithm.type=DR-GRPO",
                              "checkpoint.every_steps=0", "rollout.max_new_tokens=7"])

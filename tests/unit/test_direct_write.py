@@ -84,17 +84,26 @@ def test_vocabulary_padding_rows_are_zeroed_not_required():
     assert torch.equal(params["model.embed_tokens.weight"][20:], torch.zeros(44, 8))
 
 
+def _checked(overrides: list[str]):
+    """The config, and its transport's requirements (checked by the preflight, before Ray starts)."""
+    from rayrl.preflight import check_transport
+
+    cfg = load_config(None, overrides)
+    check_transport(cfg)
+    return cfg
+
+
 def test_colocated_config_rules():
     with pytest.raises(ConfigError, match="max_staleness=0"):
         load_config(None, ["placement.mode=colocate", "rollout.max_staleness=1"])
     with pytest.raises(ConfigError, match="sync.transport=ipc"):
-        load_config(None, ["sync.transport=ipc", "rollout.max_staleness=0"])
+        _checked(["sync.transport=ipc", "rollout.max_staleness=0"])
     with pytest.raises(ConfigError, match="offload_optimizer"):
         load_config(None, ["learner.offload_optimizer=true", "learner.backend=deepspeed"])
     colocated_gpu = ["placement.mode=colocate", "rollout.max_staleness=0", "cluster.n_gpus_per_node=2",
                      "rollout.engine=vllm", "sync.transport=ipc", "learner.backend=fsdp"]
     with pytest.raises(ConfigError, match="rollout.num_workers=1"):
-        load_config(None, colocated_gpu + ["rollout.num_workers=2", "learner.num_workers=2"])
+        _checked(colocated_gpu + ["rollout.num_workers=2", "learner.num_workers=2"])
     cfg = load_config(None, ["placement.mode=colocate", "rollout.max_staleness=0", "cluster.n_gpus_per_node=1",
                              "rollout.engine=vllm", "sync.transport=ipc", "learner.backend=fsdp"])
     assert cfg.placement.sleep_level == 2
@@ -107,8 +116,7 @@ def test_shared_gpu_config_rules():
     shared = ["placement.mode=share", "cluster.n_gpus_per_node=1", "rollout.engine=vllm", "learner.backend=fsdp",
               "rollout.max_staleness=2"]
     with pytest.raises(ConfigError, match="sync.transport=ipc"):
-        load_config(None, shared + ["sync.transport=nccl", "learner.gpu_memory_fraction=0.4",
-                                    "vllm.gpu_memory_utilization=0.4"])
+        _checked(shared + ["sync.transport=nccl", "learner.gpu_memory_fraction=0.4", "vllm.gpu_memory_utilization=0.4"])
     with pytest.raises(ConfigError, match=r"gpu_memory_fraction \(None; unset counts as 1\)"):
         load_config(None, shared + ["sync.transport=ipc", "vllm.gpu_memory_utilization=0.4"])
     with pytest.raises(ConfigError, match=r"must be at most 1 \(got 1.10\)"):

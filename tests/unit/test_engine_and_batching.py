@@ -12,7 +12,7 @@ from rayrl.engines.learner.scoring import token_logprobs
 from rayrl.data import PromptTemplate, split
 from rayrl import components
 from rayrl.engines.transport.base import TensorSpec, pack, plan_buckets, unpack
-from rayrl.components import demo_model
+from rayrl.demo import prepare_models
 from rayrl.models.policy import load_policy
 from rayrl.types import GenerationRequest, TrajectoryGroup
 
@@ -20,7 +20,7 @@ from rayrl.types import GenerationRequest, TrajectoryGroup
 @pytest.fixture(scope="module")
 def setup(make_cfg):
     cfg = make_cfg("demo.warmup_steps=30")
-    path = str(demo_model(cfg))
+    path = prepare_models(cfg).policy
     engine = components.rollout_engine(cfg, path)
     train, _ = split(cfg.data)
     return cfg, path, engine, PromptTemplate(engine.tokenizer), train
@@ -28,7 +28,7 @@ def setup(make_cfg):
 
 def test_model_is_cached_and_offline(setup, make_cfg):
     cfg, path, *_ = setup
-    assert str(demo_model(make_cfg("demo.warmup_steps=30"))) == path  # same hash, no rebuild
+    assert prepare_models(make_cfg("demo.warmup_steps=30")).policy == path  # same hash, no rebuild
     model, tok = load_policy(path)
     assert model.config.head_dim == 64 and model.config.model_type == "qwen2"
     assert tok.decode(tok.encode("12+7=", add_special_tokens=False)) == "12+7="

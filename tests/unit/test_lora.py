@@ -6,7 +6,7 @@ import torch
 
 from rayrl import components
 from rayrl.batching import collate
-from rayrl.components import demo_model
+from rayrl.demo import prepare_models
 from rayrl.models.lora import ADAPTER_DIR, is_adapter
 from rayrl.models.policy import load_policy
 
@@ -15,7 +15,7 @@ LORA = ["lora.enabled=true", "lora.rank=4", "learner.lr=1e-2"]
 
 @pytest.fixture(scope="module")
 def model_path(make_cfg):
-    return str(demo_model(make_cfg("demo.warmup_steps=20")))
+    return prepare_models(make_cfg("demo.warmup_steps=20")).policy
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def _sync_share(model, rank: int) -> float:
 def test_a_rank_16_sync_is_under_2_percent_of_a_full_one_on_the_1_5b_shape():
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from rayrl.models.random_qwen2 import QWEN2_1_5B_SHAPE
+    from rayrl.testing.random_qwen2 import QWEN2_1_5B_SHAPE
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(Qwen2Config(**QWEN2_1_5B_SHAPE))

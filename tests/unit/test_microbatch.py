@@ -8,7 +8,7 @@ from rayrl.engines.learner.device import packs_sequences, shares_prompts
 from rayrl.engines.learner.microbatch import (PADDING_SHARE, empty_like, microbatches, plan_microbatches, plan_padded,
                                              segment_mask, view)
 from rayrl import components
-from rayrl.components import demo_model
+from rayrl.demo import prepare_models
 
 
 def test_collate_lays_each_sample_out_in_its_row(random_groups):
@@ -60,7 +60,7 @@ def test_padded_plan_groups_similar_lengths_under_the_padded_budget():
 
 @pytest.fixture(scope="module")
 def model_path(make_cfg):
-    return str(demo_model(make_cfg("demo.warmup_steps=20")))
+    return prepare_models(make_cfg("demo.warmup_steps=20")).policy
 
 
 def loss_and_grads(make_cfg, model_path, random_groups, *overrides, same_prompt=False):

@@ -6,12 +6,12 @@ import torch
 
 from rayrl.batching import collate
 from rayrl import components
-from rayrl.components import demo_model
+from rayrl.demo import prepare_models
 
 
 @pytest.fixture(scope="module")
 def model_path(make_cfg):
-    return str(demo_model(make_cfg("demo.warmup_steps=20")))
+    return prepare_models(make_cfg("demo.warmup_steps=20")).policy
 
 
 def _weights(learner):

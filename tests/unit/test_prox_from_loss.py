@@ -6,12 +6,12 @@ import torch
 
 from rayrl.batching import collate
 from rayrl import components
-from rayrl.components import demo_model
+from rayrl.demo import prepare_models
 
 
 @pytest.fixture(scope="module")
 def model_path(make_cfg):
-    return str(demo_model(make_cfg("demo.warmup_steps=20")))
+    return prepare_models(make_cfg("demo.warmup_steps=20")).policy
 
 
 def test_proximal_logprobs_from_the_loss_forward_match_a_scoring_pass(make_cfg, model_path, random_groups):

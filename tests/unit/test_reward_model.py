@@ -10,7 +10,8 @@ import pytest
 
 from rayrl import components
 from rayrl.data.arithmetic import split
-from rayrl.models.demo_judge import verdict_examples
+from rayrl.demo import prepare_models
+from rayrl.demo.judge import verdict_examples
 from rayrl.rewards import combine
 from rayrl.rewards.scoring import GroupScorer
 from rayrl.rewards.verdicts import number_in_text, yes_or_no, yes_probability
@@ -39,7 +40,7 @@ def judge_cfg(make_cfg):
 
 
 def test_the_demo_judge_tells_right_from_wrong_in_one_engine_call(judge_cfg):
-    judge = components.reward_model(judge_cfg, str(components.reward_model_path(judge_cfg)))
+    judge = components.reward_model(judge_cfg, prepare_models(judge_cfg).reward_model)
     examples = verdict_examples(split(judge_cfg.data)[1], seed=1)[:64]  # held-out problems
     scores = asyncio.run(judge.score([r for r, _ in examples]))
     assert judge.engine_calls == 1 and all(s.score is not None and 0 <= s.score <= 1 for s in scores)
@@ -50,7 +51,7 @@ def test_the_demo_judge_tells_right_from_wrong_in_one_engine_call(judge_cfg):
 def test_votes_are_averaged_and_unparsable_verdicts_named(judge_cfg):
     cfg = judge_cfg.model_copy(update={"reward": judge_cfg.reward.model_copy(update={"model": judge_cfg.reward.model
                                .model_copy(update={"votes": 4, "temperature": 1.0, "max_new_tokens": 2})})})
-    judge = components.reward_model(cfg, str(components.reward_model_path(judge_cfg)))
+    judge = components.reward_model(cfg, prepare_models(judge_cfg).reward_model)
     request = verdict_examples(split(cfg.data)[1], seed=1)[0][0]
     [score] = asyncio.run(judge.score([request]))
     assert score.score is not None and 0 <= score.score <= 1
@@ -62,7 +63,7 @@ def test_votes_are_averaged_and_unparsable_verdicts_named(judge_cfg):
 
 def test_the_demo_scorer_scores_right_answers_higher(make_cfg):
     cfg = make_cfg("reward.model.kind=scorer", TEMPLATE, "demo.judge_warmup_steps=300")
-    scorer = components.reward_model(cfg, str(components.reward_model_path(cfg)))
+    scorer = components.reward_model(cfg, prepare_models(cfg).reward_model)
     examples = verdict_examples(split(cfg.data)[1], seed=1)[:64]
     scores = asyncio.run(scorer.score([r for r, _ in examples]))
     assert scorer.engine_calls == 1

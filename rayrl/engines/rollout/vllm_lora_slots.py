@@ -9,6 +9,8 @@ from collections.abc import Iterable
 
 import torch
 
+from rayrl.engines.transport.vllm_side import from_wire
+
 LORA_ID = 1  # the policy's one adapter slot id in vLLM
 PREFIX = "base_model.model."  # PEFT's wrapper around the Hugging Face model
 
@@ -52,20 +54,6 @@ class LoraSlots:
         with torch.no_grad():
             torch._foreach_copy_(destinations, [s.to(d.device) for s, d in zip(sources, destinations)])
         return len(destinations)
-
-
-def to_wire(named: Iterable[tuple[str, torch.Tensor]]) -> list[tuple[str, str, list[int], bytes]]:
-    """Tensors as plain data for vLLM's RPC (its msgpack hands untyped tensors over as lists)."""
-    out = []
-    for name, t in named:
-        t = t.detach().to("cpu").contiguous()
-        out.append((name, str(t.dtype).removeprefix("torch."), list(t.shape), t.view(torch.uint8).numpy().tobytes()))
-    return out
-
-
-def from_wire(items: list) -> list[tuple[str, torch.Tensor]]:
-    return [(name, torch.frombuffer(bytearray(data), dtype=torch.uint8).view(getattr(torch, dtype)).reshape(shape))
-            for name, dtype, shape, data in items]
 
 
 class LoraSlotsExtension:

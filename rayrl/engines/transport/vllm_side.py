@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
+
+import torch
 
 from rayrl.engines.transport.base import BucketPlan, GroupInfo
 
@@ -15,6 +18,20 @@ ROLLOUT = "rayrl.engines.rollout"
 # the worker extensions (vLLM's worker_extension_cls) the transports name; bitwise mode's import the fixed-order norm
 GLOO_EXTENSION = f"{ROLLOUT}.vllm_gloo_engine.RayrlWorkerExtension"
 IPC_EXTENSION = f"{ROLLOUT}.vllm_ipc_extension.RayrlIpcExtension"
+
+
+def to_wire(named: Iterable[tuple[str, torch.Tensor]]) -> list[tuple[str, str, list[int], bytes]]:
+    """Tensors as plain data for vLLM's RPC (its msgpack hands untyped tensors over as lists)."""
+    out = []
+    for name, t in named:
+        t = t.detach().to("cpu").contiguous()
+        out.append((name, str(t.dtype).removeprefix("torch."), list(t.shape), t.view(torch.uint8).numpy().tobytes()))
+    return out
+
+
+def from_wire(items: list) -> list[tuple[str, torch.Tensor]]:
+    return [(name, torch.frombuffer(bytearray(data), dtype=torch.uint8).view(getattr(torch, dtype)).reshape(shape))
+            for name, dtype, shape, data in items]
 
 
 class VLLMReceiver(ABC):
@@ -58,8 +75,6 @@ class VLLMReceiver(ABC):
     async def write_adapters(self, llm, receiver, meta, scaling: float) -> dict:
         """lora.enabled, after the first sync: the adapters arrive in the engine's process (receiver) and reach
         vLLM's LoRA slot through its RPC."""
-        from rayrl.engines.rollout.vllm_lora_slots import to_wire
-
         items = await asyncio.to_thread(lambda: to_wire(receiver.receive(meta)))
         written = (await llm.collective_rpc("rayrl_write_lora", args=(items, scaling)))[0]
         return {"path": "lora_in_place", "tensors": written}

@@ -1,17 +1,12 @@
-"""The run's configuration: a pydantic model per component, every default described; rules: rayrl.config_rules."""
+"""The run's sections: a pydantic model per component, every default described."""
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from rayrl.config_moved import check_moved
-from rayrl.config_rules import check_rules
-from rayrl.config_section import F, Section
-from rayrl.config_yaml import (ConfigError, explain, known_keys, merge, parse_overrides,  # noqa: F401 (re-exported)
-                               read_config_file, read_yaml)
+from rayrl.config.section import F, Section
 
 
 class ClusterConfig(Section):
@@ -346,48 +341,3 @@ class MetricsConfig(Section):
     wandb_project: str = F("rayrl", "The wandb project.")
     wandb_mode: Literal["offline", "online"] = F("offline", "online needs a logged-in wandb.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = F("INFO", "The 'rayrl' logger, driver and actors.")
-
-
-class Config(Section):
-    """The whole run: one section per component, each defaulting to its own defaults."""
-
-    cluster: ClusterConfig = ClusterConfig()
-    scheduler: SchedulerConfig = SchedulerConfig()
-    placement: PlacementConfig = PlacementConfig()
-    model: ModelConfig = ModelConfig()
-    demo: DemoConfig = DemoConfig()
-    data: DataConfig = DataConfig()
-    reward: RewardConfig = RewardConfig()
-    rollout: RolloutConfig = RolloutConfig()
-    eval: EvalConfig = EvalConfig()
-    hf: HFConfig = HFConfig()
-    vllm: VLLMConfig = VLLMConfig()
-    agent: AgentConfig = AgentConfig()
-    learner: LearnerConfig = LearnerConfig()
-    lora: LoraConfig = LoraConfig()
-    algorithm: AlgorithmConfig = AlgorithmConfig()
-    sync: SyncConfig = SyncConfig()
-    checkpoint: CheckpointConfig = CheckpointConfig()
-    metrics: MetricsConfig = MetricsConfig()
-
-    @model_validator(mode="after")
-    def _rules(self) -> "Config":
-        check_rules(self)  # each rule across sections is a named function in rayrl.config_rules
-        return self
-
-    @property
-    def on_gpu(self) -> bool:
-        return self.cluster.n_gpus_per_node > 0
-
-
-SECTIONS = {name: field.annotation for name, field in Config.model_fields.items()}
-
-
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML file (optional), apply dotted overrides, validate; raise ConfigError naming the key."""
-    tree = merge(read_config_file(path) if path is not None else {}, parse_overrides(overrides or []))
-    check_moved(tree)
-    try:
-        return Config.model_validate(tree)
-    except ValidationError as err:
-        raise ConfigError(explain(err, Config, SECTIONS)) from None

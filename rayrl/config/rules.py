@@ -1,33 +1,18 @@
 """Rules across config sections, one named function each: (config) -> None when it holds, or the message that
-says what is wrong and what to set. Config's validator runs them all (check_rules); tests call them by name."""
+says what is wrong and what to set. Config's validator runs them all (check_rules); tests call them by name.
+Rules that need a component's code (a transport's requirements) run in rayrl.preflight, before Ray starts."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from rayrl.config import Config
+from rayrl.config.sections import GROUP_RELATIVE
 
-
-def transport_fits(c: Config) -> str | None:
-    """sync.transport's own requirements (each transport owns them: rayrl.engines.transport), and an engine-process
-    receiver wherever the weights arrive in the engine's process (the hf engine, vLLM's LoRA adapters)."""
-    from rayrl.engines.registry import transport_plan
-
-    try:
-        plan = transport_plan(c.sync.transport)
-    except ValueError as err:
-        return str(err)
-    if (why := plan.requirements(c)) is not None:
-        return why
-    if plan.receiver() is None and (c.rollout.engine == "hf" or c.lora.enabled):
-        return (f"sync.transport={c.sync.transport} reaches vLLM's workers only; with rollout.engine=hf or "
-                "lora.enabled the weights arrive in the engine's own process: use sync.transport=gloo or ipc")
-    return None
+if TYPE_CHECKING:  # the root is built on these rules: a type-only import, no cycle at run time
+    from rayrl.config.run import Config
 
 
 def group_relative_needs_groups(c: Config) -> str | None:
-    from rayrl.config import GROUP_RELATIVE
 
     if c.rollout.group_size < 2 and c.algorithm.type in GROUP_RELATIVE:
         return (f"algorithm.type={c.algorithm.type} compares the samples of a group: rollout.group_size must be >= 2 "
@@ -85,6 +70,25 @@ def rollouts_per_gpu_is_share(c: Config) -> str | None:
     if k > 1 and c.reward.model.kind != "none" and c.reward.model.placement == "rollout":
         return (f"placement.rollouts_per_gpu={k} leaves no room for a reward model inside a rollout worker's share: "
                 "set reward.model.placement=own")
+    return None
+
+
+def colocated_workers_pair_up(c: Config) -> str | None:
+    """colocate and share: rollout worker i lives in learner rank i's bundle (k of them with rollouts_per_gpu)."""
+    p, k = c.placement, c.placement.rollouts_per_gpu
+    if p.mode == "split" or k > 1:  # k > 1: rollouts_per_gpu_is_share says it with its own key
+        return None
+    if c.rollout.num_workers != c.learner.num_workers:
+        return (f"placement.mode={p.mode} puts each rollout worker in a learner rank's bundle: it needs "
+                f"rollout.num_workers == learner.num_workers (got {c.rollout.num_workers} and "
+                f"{c.learner.num_workers}); or use placement.mode=split")
+    return None
+
+
+def colocated_vllm_is_one_device(c: Config) -> str | None:
+    if c.placement.mode != "split" and c.rollout.engine == "vllm" and c.vllm.tensor_parallel_size > 1:
+        return (f"placement.mode={c.placement.mode} gives a vLLM worker one device beside a learner rank: set "
+                f"vllm.tensor_parallel_size=1 (got {c.vllm.tensor_parallel_size}) or placement.mode=split")
     return None
 
 
@@ -225,9 +229,10 @@ def reward_model_gpus_fit(c: Config) -> str | None:
     return None
 
 
-RULES = (transport_fits, group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
+RULES = (group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
          openai_agent_needs_fn, colocate_is_synchronous, share_memory_fits,
-         rollouts_per_gpu_is_share, offload_optimizer_is_not_deepspeed,
+         rollouts_per_gpu_is_share, colocated_workers_pair_up, colocated_vllm_is_one_device,
+         offload_optimizer_is_not_deepspeed,
          tensor_parallel_needs_vllm_gpus, bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm,
          lora_keeps_the_base_asleep, lora_on_gpu_vllm_is_half, elastic_fleet_fits, reward_model_template_shows_the_answer,
          judge_votes_need_sampling, reward_model_fits_beside_rollout, reward_model_gpus_fit)

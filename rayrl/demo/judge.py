@@ -18,9 +18,9 @@ from transformers import Qwen2ForCausalLM, Qwen2ForSequenceClassification
 from rayrl.config import DataConfig, DemoConfig, RewardModelConfig
 from rayrl.data.arithmetic import split
 from rayrl.engines.reward.base import render
-from rayrl.models.demo import qwen2_config, save_built
+from rayrl.demo.policy import qwen2_config, save_built
 from rayrl.models.tokenizer import build_char_tokenizer
-from rayrl.models.warmup import supervised_warmup
+from rayrl.demo.warmup import supervised_warmup
 from rayrl.types import ScoreRequest, Task
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@ rather than with 'unknown key' (CHANGELOG.md lists when each moved)."""
 
 from __future__ import annotations
 
-from rayrl.config_yaml import ConfigError, invalid
+from rayrl.config.files import ConfigError, invalid
 
 _VLLM_KEYS = ("tensor_parallel_size", "max_model_len", "gpu_memory_utilization", "kv_cache_gb", "cpu_kv_cache_gb",
               "dtype", "load_format", "enforce_eager", "max_num_seqs", "max_num_batched_tokens",

@@ -18,7 +18,7 @@ from rayrl.config import DataConfig, DemoConfig, ModelConfig
 from rayrl.data.arithmetic import split
 from rayrl.data.word_problems import split_word_problems, warmup_conversations
 from rayrl.models.tokenizer import CHARS, CHAT_TEMPLATE, build_char_tokenizer, build_chat_tokenizer
-from rayrl.models.warmup import chat_rows, supervised_warmup
+from rayrl.demo.warmup import chat_rows, supervised_warmup
 from rayrl.workflows.tools import calculator
 
 
