@@ -9,6 +9,7 @@ from collections import Counter
 
 import ray
 
+from rayrl.actors.peers import peer
 from rayrl.config import Config
 from rayrl.metrics import RayMetrics
 from rayrl.rewards import combine
@@ -26,11 +27,12 @@ DESCRIPTIONS = {"ok": "samples scored", "error": "reward function raised", "time
 @ray.remote(num_cpus=0)
 class RewardActor:
     def __init__(self, cfg: Config, index: int = 0, search_path: list[str] | None = None,
-                 reward_model=None) -> None:
+                 reward_model=None, namespace: str | None = None) -> None:
         """search_path: where reward.fn's module may live besides sys.path (the driver's working directory).
-        reward_model: the RewardModelActor this actor asks (reward.model.kind other than none)."""
+        reward_model: the RewardModelActor this actor asks (reward.model.kind other than none), by handle or by
+        name in `namespace`."""
         r = cfg.reward
-        self.section, self.reward_model = r.model, reward_model
+        self.section, self.reward_model = r.model, peer(reward_model, namespace)
         self.scorer = GroupScorer(load_reward_fn(r.fn, search_path), r.timeout_s, r.max_threads, r.failure_window,
                                   undecided_ok=r.model.combine == "fallback")
         self.metrics = RayMetrics("reward", f"reward-{index}",

@@ -13,6 +13,7 @@ import ray
 from rayrl import components
 from rayrl.actors.engine_use import EngineUse
 from rayrl.actors.episode_set import EpisodeSet, workflow_stats
+from rayrl.actors.peers import peer
 from rayrl.coalesce import Coalescer
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
@@ -40,9 +41,12 @@ class RewardUnavailable(RuntimeError):
 @ray.remote(concurrency_groups={"gen": 1000, "ctrl": 1})
 class RolloutWorker:
     def __init__(self, index: int, cfg: Config, model_path: str, buffer, rewards: list, num_threads: int,
-                 gateway=None, gateway_url: str = "", search_path: list[str] | None = None) -> None:
+                 gateway=None, gateway_url: str = "", search_path: list[str] | None = None,
+                 namespace: str | None = None) -> None:
         """Also what a restart runs: model_path's weights and tokenizer, no sync group, nothing generated until it
-        rejoins. Every argument is passed by value or handle (nothing in the object store a restart would need)."""
+        rejoins. buffer, rewards, gateway: handles, or actor names in `namespace` (see rayrl.actors.peers)."""
+        buffer, gateway = peer(buffer, namespace), peer(gateway, namespace)
+        rewards = [peer(r, namespace) for r in rewards]
         self.index, self.cfg = index, cfg
         template = PromptTemplate(load_tokenizer(model_path))
         self.label = f"rollout-{index}"  # "rollout-0 restart 1" once the driver brought it back

@@ -86,21 +86,27 @@ class ActorSystem:
             names = [f"reward-model-{i}" for i in range(m.num_actors)]
             wait_all([a.health.remote() for a in self.reward_models], names, "starting the reward models",
                      cfg.rollout.restart_timeout_s)
-        models = self.reward_models or [None]
+        models = [f"reward-model-{i}" for i in range(len(self.reward_models))] or [None]  # by name: restartable
         self.rewards = [RewardActor.options(**self._options(f"reward-{i}", "service"), max_restarts=r.max_restarts,
                                             max_task_retries=r.max_restarts, max_concurrency=r.max_threads)
-                        .remote(cfg, i, [os.getcwd()], models[i % len(models)]) for i in range(r.num_actors)]
+                        .remote(cfg, i, [os.getcwd()], models[i % len(models)], self.namespace)
+                        for i in range(r.num_actors)]
         wants = cfg.agent.wants_gateway(cfg.rollout.workflow)
         self.gateway = Gateway.options(**self._options("gateway", "service")).remote(cfg, self.template_ref, []) \
             if wants else None
         self.gateway_url = ray.get(self.gateway.start.remote()) if self.gateway else ""
 
+    def _peer_names(self) -> tuple:
+        """The buffer, reward actors and gateway by name: a restartable worker's constructor takes no handle."""
+        return ("buffer", [f"reward-{i}" for i in range(len(self.rewards))], "gateway" if self.gateway else None)
+
     def rollout_worker(self, index: int):
         """Rollout worker `index`, restartable (rollout.max_restarts): a restart reruns this constructor."""
+        buffer, rewards, gateway = self._peer_names()
         return RolloutWorker.options(**self._options(f"rollout-{index}", "rollout", index),
                                      max_restarts=self.cfg.rollout.max_restarts).remote(
-            index, self.cfg, self.model_path, self.buffer, self.rewards,
-            self.placement.threads("rollout"), self.gateway, self.gateway_url, [os.getcwd()])
+            index, self.cfg, self.model_path, buffer, rewards, self.placement.threads("rollout"), gateway,
+            self.gateway_url, [os.getcwd()], self.namespace)
 
     def elastic_rollout_worker(self, index: int, node_id: str):
         """Rollout worker `index` on a node that joined the cluster (rollout.fleet=elastic); not restarted in place:
