@@ -43,15 +43,13 @@ class RolloutWorker:
     def __init__(self, index: int, cfg: Config, model_path: str, buffer, rewards: list, num_threads: int,
                  gateway=None, gateway_url: str = "", search_path: list[str] | None = None,
                  namespace: str | None = None) -> None:
-        """Also what a restart runs: model_path's weights and tokenizer, no sync group, nothing generated until it
-        rejoins. buffer, rewards, gateway: handles, or actor names in `namespace` (see rayrl.actors.peers)."""
+        """Also a restart's: no sync group until it rejoins. buffer, rewards, gateway: handles or names (peers.py)."""
         buffer, gateway = peer(buffer, namespace), peer(gateway, namespace)
-        rewards = [peer(r, namespace) for r in rewards]
         self.index, self.cfg = index, cfg
         template = PromptTemplate(load_tokenizer(model_path))
         self.label = f"rollout-{index}"  # "rollout-0 restart 1" once the driver brought it back
         self.life = 0  # restarts so far, set by the driver: the buffer ignores calls of earlier lives
-        self.template, self.buffer, self.rewards = template, buffer, rewards
+        self.template, self.buffer = template, buffer
         self.engine = components.rollout_engine(cfg, model_path, num_threads, template.tokenizer)
         self.workflow = components.workflow(cfg, search_path)
         r = cfg.rollout
@@ -69,7 +67,7 @@ class RolloutWorker:
         self.use = EngineUse(self.metrics, self.totals)  # calls in the engine, in-flight gauge, gen_s, counters
         self.phase_report: dict[str, float] = {}  # the last sleep's and sync's memory and times
         self.hand_over = Coalescer(lambda items: buffer.put_many.remote(index, items))
-        self.scorers = [Coalescer(reward.score_many.remote) for reward in rewards]
+        self.scorers = [Coalescer(peer(reward, namespace).score_many.remote) for reward in rewards]
 
     # ---- generation ---------------------------------------------------------------------
     @ray.method(concurrency_group="gen")
