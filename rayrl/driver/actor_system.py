@@ -78,15 +78,15 @@ class ActorSystem:
             cfg.rollout.batch_size, cfg.rollout.max_staleness, state.version if state else 0,
             state.ledger if state else None, cfg.algorithm.dynamic_sampling)
         r, m = cfg.reward, cfg.reward.model
-        if self.reward_model_path is not None:
-            self.reward_models = [RewardModelActor.options(**self._options(f"reward-model-{i}", "reward_model", i),
+        names = [f"reward-model-{i}" for i in range(m.num_actors)] if self.reward_model_path is not None else []
+        if names:
+            self.reward_models = [RewardModelActor.options(**self._options(name, "reward_model", i),
                                                            max_restarts=m.max_restarts, max_task_retries=m.max_restarts)
                                   .remote(cfg, self.reward_model_path, i, self.placement.threads("reward_model"),
-                                          [os.getcwd()]) for i in range(m.num_actors)]
-            names = [f"reward-model-{i}" for i in range(m.num_actors)]
+                                          [os.getcwd()]) for i, name in enumerate(names)]
             wait_all([a.health.remote() for a in self.reward_models], names, "starting the reward models",
                      cfg.rollout.restart_timeout_s)
-        models = [f"reward-model-{i}" for i in range(len(self.reward_models))] or [None]  # by name: restartable
+        models = names or [None]  # reward actors are restartable: they take their reward model by name
         self.rewards = [RewardActor.options(**self._options(f"reward-{i}", "service"), max_restarts=r.max_restarts,
                                             max_task_retries=r.max_restarts, max_concurrency=r.max_threads)
                         .remote(cfg, i, [os.getcwd()], models[i % len(models)], self.namespace)
