@@ -1,5 +1,6 @@
 """`pip install .` (not editable) gives rayrl.actors and rayrl.placement from the installed copy."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,15 @@ def test_non_editable_install_exposes_actor_classes(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}, timeout=300).stdout
     assert out.strip().startswith(str(target))
+    source = {p.relative_to(ROOT).as_posix() for p in _modules(ROOT / "rayrl")}
+    installed = {p.relative_to(target).as_posix() for p in _modules(target / "rayrl")}
+    assert source - installed == set(), "modules left out of the install: a folder without __init__.py?"
+
+
+def _modules(root: Path) -> list[Path]:
+    """Every .py file under root, through the actors/ and placement/ links."""
+    return [Path(d) / f for d, _, files in os.walk(root, followlinks=True) for f in files
+            if f.endswith(".py") and "__pycache__" not in d]
 
 
 def test_each_actor_module_imports_only_what_it_needs():
