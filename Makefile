@@ -26,7 +26,7 @@ test: install
 	$(RUN_ENV) $(PY) -m pytest -q --durations=25 tests
 
 bench: install
-	$(RUN_ENV) $(PY) -m benchmarks.async_vs_sync
+	$(RUN_ENV) $(PY) -m benchmarks.performance.async_vs_sync
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

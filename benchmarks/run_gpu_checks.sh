@@ -22,7 +22,7 @@
 #                                 the rollout worker's bundle: its busy time per step against generation's
 #                                 bitwise-test: tests/gpu/test_bitwise_gpu.py (vLLM batch-invariant, learner log-probs equal)
 #                                 bitwise-steps: its recipe steps alone, with the per-tensor checks after each sync
-#                                 bitwise: benchmarks/bitwise.py (that check, then the recipe normal vs bitwise)
+#                                 bitwise: benchmarks/performance/bitwise.py (that check, then the recipe normal vs bitwise)
 #                                 profile-bitwise: learner_profile of one step, normal then bitwise (host syncs, kernels)
 #                                 async: async_vs_sync --gpus 1, η = 0,1,2,4 once (vLLM and FSDP2 sharing the GPU);
 #                                 async-reverse: the same with η = 4,2,1,0 (merge the two: async_vs_sync --merge);
@@ -36,8 +36,8 @@
 #                                 profile-0.5b: learner_profile of one step at async_vs_sync's 0.5B setting
 #                                 busy-0.5b: each side's GPU busy fraction alone at that setting: learner_mfu
 #                                 without and under a CUDA MPS daemon, rollout_throughput (raw vLLM and ours)
-#                                 vs-trl: vs_trl --gpus 1, one repeat of SYSTEMS (default trl,rayrl-eta0,rayrl-eta4;
-#                                 names in benchmarks/vs_trl_gpu.py: TRL variants, rayrl ablations) on SHAPE;
+#                                 vs-trl: vs_trl_gpu, one repeat of SYSTEMS (default trl,rayrl-eta0,rayrl-eta4;
+#                                 names in benchmarks/performance/vs_trl_gpu.py: TRL variants, rayrl ablations) on SHAPE;
 #                                 vs-trl-reverse: the same, order reversed; vs-trl-mps, vs-trl-mps-reverse: under a
 #                                 CUDA MPS daemon; STEPS, WARMUP and ASYNC_OVERRIDES as for async, LIMIT (s, 590)
 #                                 (needs benchmarks/requirements-gpu-bench.txt staged beside the project's packages)
@@ -93,53 +93,53 @@ mps_stop() {
 run_mode() {
   case "$1" in
   varlen) CUDA_VISIBLE_DEVICES=0 step test_varlen_attention 150 python3 -m pytest -q -m gpu tests/gpu/test_varlen_attention.py ;;
-  throughput) CUDA_VISIBLE_DEVICES=0 step rollout_throughput 400 python3 -m benchmarks.rollout_throughput --commit "$commit" ;;
-  mfu) CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 ;;
-  mfu-variants) CUDA_VISIBLE_DEVICES=0 step learner_mfu 400 python3 -m benchmarks.learner_mfu --commit "$commit" \
+  throughput) CUDA_VISIBLE_DEVICES=0 step rollout_throughput 400 python3 -m benchmarks.performance.rollout_throughput --commit "$commit" ;;
+  mfu) CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.performance.learner_mfu --commit "$commit" --steps 3 ;;
+  mfu-variants) CUDA_VISIBLE_DEVICES=0 step learner_mfu 400 python3 -m benchmarks.performance.learner_mfu --commit "$commit" \
     --steps 3 --runs "${RUNS:-fsdp:packed:16384:compile,fsdp:packed:32768:compile:learner.logprob_chunk_tokens=8192}" ;;
-  mfu-variants-0.5b) CUDA_VISIBLE_DEVICES=0 step learner_mfu 400 python3 -m benchmarks.learner_mfu --commit "$commit" \
+  mfu-variants-0.5b) CUDA_VISIBLE_DEVICES=0 step learner_mfu 400 python3 -m benchmarks.performance.learner_mfu --commit "$commit" \
     --steps 3 --shape 0.5b --completion 128 --groups 32 --runs "${RUNS:-fsdp:packed:16384:compile,\
 fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:compile:learner.logprob_chunk_tokens=8192}" ;;
   lora-export) CUDA_VISIBLE_DEVICES=0 step test_lora_gpu 400 python3 -m pytest -q -s -m gpu tests/gpu/test_lora_gpu.py -rxX ;;
-  lora) CUDA_VISIBLE_DEVICES=0 step lora_sync 580 python3 -m benchmarks.lora_sync --commit "$commit" --variants full,lora ;;
-  lora-in-place) CUDA_VISIBLE_DEVICES=0 step lora_sync 500 python3 -m benchmarks.lora_sync --commit "$commit" \
+  lora) CUDA_VISIBLE_DEVICES=0 step lora_sync 580 python3 -m benchmarks.performance.lora_sync --commit "$commit" --variants full,lora ;;
+  lora-in-place) CUDA_VISIBLE_DEVICES=0 step lora_sync 500 python3 -m benchmarks.performance.lora_sync --commit "$commit" \
     --variants lora,lora-reload --steps 2 --hot 10 ;;
   baseline-0.5b)  # async_vs_sync's one-GPU shape alone: raw vLLM at its memory share, the learner at its lengths
-    CUDA_VISIBLE_DEVICES=0 step rollout_throughput 300 python3 -m benchmarks.rollout_throughput --commit "$commit" \
+    CUDA_VISIBLE_DEVICES=0 step rollout_throughput 300 python3 -m benchmarks.performance.rollout_throughput --commit "$commit" \
       --shape 0.5b --prompts 256 --max-tokens 128 --memory-share 0.3 --kv-cache-gb 8 --repeats 5
-    CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 3 \
+    CUDA_VISIBLE_DEVICES=0 step learner_mfu 300 python3 -m benchmarks.performance.learner_mfu --commit "$commit" --steps 3 \
       --shape 0.5b --completion 128 --groups 32 --runs fsdp:packed:49152:compile:learner.logprob_chunk_tokens=8192 ;;
   busy-0.5b)  # what each side keeps the GPU busy alone (NVML), the learner with and without MPS
     for mps in "" -mps; do
       [ -n "$mps" ] && { mps_start || return; }
-      CUDA_VISIBLE_DEVICES=0 step "learner_mfu$mps" 200 python3 -m benchmarks.learner_mfu --commit "$commit" --steps 8 \
+      CUDA_VISIBLE_DEVICES=0 step "learner_mfu$mps" 200 python3 -m benchmarks.performance.learner_mfu --commit "$commit" --steps 8 \
         --shape 0.5b --completion 128 --groups 32 --runs fsdp:packed:49152:compile:learner.logprob_chunk_tokens=8192
       [ -n "$mps" ] && mps_stop
     done
-    CUDA_VISIBLE_DEVICES=0 step rollout_throughput 240 python3 -m benchmarks.rollout_throughput --commit "$commit" \
+    CUDA_VISIBLE_DEVICES=0 step rollout_throughput 240 python3 -m benchmarks.performance.rollout_throughput --commit "$commit" \
       --shape 0.5b --prompts 256 --max-tokens 128 --memory-share 0.3 --kv-cache-gb 8 --repeats 3 ;;
-  profile) CUDA_VISIBLE_DEVICES=0 step learner_profile 200 python3 -m benchmarks.learner_profile --commit "$commit" --compile true ;;
+  profile) CUDA_VISIBLE_DEVICES=0 step learner_profile 200 python3 -m benchmarks.performance.learner_profile --commit "$commit" --compile true ;;
   profile-0.5b)  # the learner's step alone at async_vs_sync's 0.5B setting: what keeps the GPU idle in it
-    CUDA_VISIBLE_DEVICES=0 step learner_profile 240 python3 -m benchmarks.learner_profile --commit "$commit" \
+    CUDA_VISIBLE_DEVICES=0 step learner_profile 240 python3 -m benchmarks.performance.learner_profile --commit "$commit" \
       --shape 0.5b --groups 32 --completion 128 --tokens 49152 --compile true learner.logprob_chunk_tokens=8192 ;;
   profile-bitwise)  # the learner's step, normal and bitwise, at the bitwise benchmark's recipe settings
     for mode in "" --bitwise; do
-      CUDA_VISIBLE_DEVICES=0 step "learner_profile${mode:+_bitwise}" 240 python3 -m benchmarks.learner_profile \
+      CUDA_VISIBLE_DEVICES=0 step "learner_profile${mode:+_bitwise}" 240 python3 -m benchmarks.performance.learner_profile \
         --commit "$commit" --tokens 8192 $mode learner.activation_checkpointing=true algorithm.beta=0.1 \
         rollout.temperature=0.7
     done ;;
-  mismatch) CUDA_VISIBLE_DEVICES=0 step gpu_learner_check 600 python3 -m benchmarks.gpu_learner_check --commit "$commit" --gpus 1 ;;
+  mismatch) CUDA_VISIBLE_DEVICES=0 step gpu_learner_check 600 python3 tests/gpu/learner_check.py --commit "$commit" --gpus 1 ;;
   one-gpu) for m in varlen throughput mfu profile; do run_mode "$m"; done ;;
-  agent) CUDA_VISIBLE_DEVICES=0 step gpu_agent_check 400 python3 -m benchmarks.gpu_agent_check --commit "$commit" ;;
-  weight-sync) CUDA_VISIBLE_DEVICES=0 step weight_sync 420 python3 -m benchmarks.weight_sync --commit "$commit" --transport ipc ;;
+  agent) CUDA_VISIBLE_DEVICES=0 step gpu_agent_check 400 python3 tests/gpu/agent_check.py --commit "$commit" ;;
+  weight-sync) CUDA_VISIBLE_DEVICES=0 step weight_sync 420 python3 -m benchmarks.performance.weight_sync --commit "$commit" --transport ipc ;;
   bitwise-test) CUDA_VISIBLE_DEVICES=0 step test_bitwise 580 python3 -m pytest -q -s -m gpu tests/gpu/test_bitwise_gpu.py -rxX ;;
   bitwise-steps) CUDA_VISIBLE_DEVICES=0 step test_bitwise_steps 400 python3 -m pytest -q -s -m gpu \
     tests/gpu/test_bitwise_gpu.py -k every_training_step -rxX ;;
-  bitwise) CUDA_VISIBLE_DEVICES=0 step bitwise 580 python3 -m benchmarks.bitwise --commit "$commit" ;;
+  bitwise) CUDA_VISIBLE_DEVICES=0 step bitwise 580 python3 -m benchmarks.performance.bitwise --commit "$commit" ;;
   async|async-reverse|async-mps|async-mps-reverse)
     order=(); [ "${1%-reverse}" != "$1" ] && order=(--reverse-first)
     [ "${1#async-mps}" != "$1" ] && { mps_start || return; }
-    CUDA_VISIBLE_DEVICES=0 step "async_vs_sync${1#async}" 580 python3 -m benchmarks.async_vs_sync --commit "$commit" \
+    CUDA_VISIBLE_DEVICES=0 step "async_vs_sync${1#async}" 580 python3 -m benchmarks.performance.async_vs_sync --commit "$commit" \
       --gpus 1 --shape "${SHAPE:-0.5b}" --engines "${ENGINES:-1}" --repeats 1 --steps "${STEPS:-24}" \
       --warmup "${WARMUP:-12}" --etas "${ETAS:-0,1,2,4}" "${order[@]}" metrics.run_dir=/tmp/async-runs ${ASYNC_OVERRIDES:-}
     [ "${1#async-mps}" != "$1" ] && mps_stop
@@ -147,7 +147,7 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
   vs-trl|vs-trl-reverse|vs-trl-mps|vs-trl-mps-reverse)
     order=(); [ "${1%-reverse}" != "$1" ] && order=(--reverse-first)
     [ "${1#vs-trl-mps}" != "$1" ] && { mps_start || return; }
-    CUDA_VISIBLE_DEVICES=0 step "vs_trl_gpu${1#vs-trl}" "${LIMIT:-590}" python3 -m benchmarks.vs_trl --gpus 1 \
+    CUDA_VISIBLE_DEVICES=0 step "vs_trl_gpu${1#vs-trl}" "${LIMIT:-590}" python3 -m benchmarks.performance.vs_trl_gpu \
       --commit "$commit" --shape "${SHAPE:-0.5b}" --repeats 1 --steps "${STEPS:-24}" --warmup "${WARMUP:-12}" \
       --systems "${SYSTEMS:-trl,rayrl-eta0,rayrl-eta4}" "${order[@]}" metrics.run_dir=/tmp/vs-trl-runs \
       ${ASYNC_OVERRIDES:-}
@@ -156,7 +156,7 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
   colocate|colocate-lora)
     fixtures
     recipe=recipes/gsm8k_grpo_1gpu.yaml; [ "$1" = colocate-lora ] && recipe=recipes/gsm8k_grpo_1gpu_lora.yaml
-    CUDA_VISIBLE_DEVICES=0 step "gsm8k_1gpu${1#colocate}" 480 python3 -m benchmarks.recipe_run --commit "$commit" \
+    CUDA_VISIBLE_DEVICES=0 step "gsm8k_1gpu${1#colocate}" 480 python3 -m benchmarks.performance.recipe_run --commit "$commit" \
       --config "$recipe" model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=5 \
       learner.lr_warmup_steps=0 rollout.batch_size=16 data.eval_size=32 vllm.enforce_eager=true \
       algorithm.dynamic_sampling=false \
@@ -164,30 +164,30 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
     ;;
   judge)
     fixtures
-    CUDA_VISIBLE_DEVICES=0 step judge_1gpu 480 python3 -m benchmarks.recipe_run --commit "$commit" --name recipe_judge_1gpu \
+    CUDA_VISIBLE_DEVICES=0 step judge_1gpu 480 python3 -m benchmarks.performance.recipe_run --commit "$commit" --name recipe_judge_1gpu \
       --config recipes/gsm8k_grpo_1gpu.yaml model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=5 \
       learner.lr_warmup_steps=0 rollout.batch_size=16 data.eval_size=32 vllm.enforce_eager=true \
       algorithm.dynamic_sampling=false reward.model.kind=judge reward.model.path="$work/model" reward.model.engine=vllm \
       reward.model.placement=rollout reward.model.gpu_fraction=0.1 reward.model.gpu_memory_utilization=0.15 \
-      reward.model.max_new_tokens=8 reward.model.parser=benchmarks.timing_verdicts:verdict_length \
+      reward.model.max_new_tokens=8 reward.model.parser=benchmarks.performance.timing_verdicts:verdict_length \
       scheduler.include_dashboard=false metrics.run_dir=/tmp/gpu-runs metrics.run_name=judge-1gpu metrics.progress=false
     ;;
   two-gpu)
-    step gpu_rollout_check 330 python3 -m benchmarks.gpu_rollout_check --commit "$commit"
+    step gpu_rollout_check 330 python3 tests/gpu/rollout_check.py --commit "$commit"
     step test_learner_gpu 600 python3 -m pytest -q -m gpu tests/gpu/test_learner_gpu.py -rxX
     fixtures
-    step gsm8k_recipe 330 python3 -m benchmarks.recipe_run --commit "$commit" --config recipes/gsm8k_grpo.yaml \
+    step gsm8k_recipe 330 python3 -m benchmarks.performance.recipe_run --commit "$commit" --config recipes/gsm8k_grpo.yaml \
       model.path="$work/model" data.path="$work/gsm8k.jsonl" learner.total_steps=3 rollout.batch_size=16 \
       data.eval_size=32 vllm.enforce_eager=true scheduler.include_dashboard=false metrics.run_dir=/tmp/gpu-runs \
       metrics.run_name=gsm8k-3 metrics.progress=false
     ;;
   faults)
     fixtures
-    step fault_check 480 python3 -m benchmarks.fault_check --commit "$commit" --config recipes/gsm8k_grpo.yaml \
+    step fault_check 480 python3 tests/gpu/fault_check.py --commit "$commit" --config recipes/gsm8k_grpo.yaml \
       model.path="$work/model" data.path="$work/gsm8k.jsonl" rollout.batch_size=16 data.eval_size=32 \
       vllm.enforce_eager=true metrics.run_dir=/tmp/gpu-runs metrics.progress=false checkpoint.save_final=false
     ;;
-  throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.rollout_throughput --commit "$commit" --tp 2 ;;
+  throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.performance.rollout_throughput --commit "$commit" --tp 2 ;;
   *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise-steps, bitwise, profile-bitwise, vs-trl, vs-trl-reverse, vs-trl-mps, vs-trl-mps-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }

@@ -12,7 +12,7 @@ from rayrl.types import Sample, Task, TrajectoryGroup
 
 ROOT = Path(__file__).resolve().parents[1]
 # the calculator agent's model, warmed up for the tool-call format only (the recipe's 350 steps also teach the
-# arithmetic that benchmarks.recipe_run measures learning on): one build, shared by every test that runs the agent
+# arithmetic that benchmarks.performance.recipe_run measures learning on): one build, shared by every test that runs the agent
 AGENT_BUILD = ["demo.warmup_steps=250"]
 
 

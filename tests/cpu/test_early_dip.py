@@ -1,12 +1,12 @@
 """A user's short run must not make the model worse: the default recipe after 40 steps, and its 8 x 4
-variant after 60, on one seed (the benchmark's three: `python -m benchmarks.early_dip`,
+variant after 60, on one seed (the benchmark's three: `python -m benchmarks.learning.early_dip`,
 early_dip-20261201-121644.json: +0.135 / +0.140 / +0.105 and 0.245 / 0.250 / 0.250 from 0.195)."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.early_dip import BASE, SETUPS
+from rayrl.testing.short_runs import BASE, SETUPS
 from rayrl.trainer import train
 
 # held-out greedy accuracy above the start. 32 x 8: about half the smallest rise of the benchmark's three seeds

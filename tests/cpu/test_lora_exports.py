@@ -3,7 +3,7 @@ directory through vLLM's LoRA support on the base model, each sample with the le
 
 import pytest
 
-from benchmarks.lora_exports import trained_export, vllm_gap
+from rayrl.testing.lora_exports import trained_export, vllm_gap
 from rayrl.models.lora import ADAPTER_DIR
 
 CPU_ENGINE = {"gpu_memory_utilization": 0.3, "kv_cache_memory_bytes": 2**28}  # vLLM's CPU engine: a small KV cache

@@ -7,8 +7,8 @@ writes its numbers to benchmarks/results (bitwise_check-*.json)."""
 
 import pytest
 
-from benchmarks.bitwise import engine_check, fixtures, recipe
-from benchmarks.common import write_result
+from rayrl.testing.bitwise_check import engine_check, fixtures, recipe
+from rayrl.testing.records import write_result
 
 pytestmark = pytest.mark.gpu
 

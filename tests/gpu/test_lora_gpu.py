@@ -4,8 +4,8 @@ on vLLM's CPU engine (tests/cpu/test_lora_exports.py): vLLM 0.26's GPU LoRA kern
 
 import pytest
 
-from benchmarks.common import write_result
-from benchmarks.lora_exports import trained_export, vllm_gap
+from rayrl.testing.lora_exports import trained_export, vllm_gap
+from rayrl.testing.records import write_result
 
 pytestmark = pytest.mark.gpu
 

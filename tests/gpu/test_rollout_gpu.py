@@ -5,7 +5,7 @@ import pytest
 import ray
 import torch
 
-from benchmarks.gpu_rollout_check import GPU, check
+from rollout_check import GPU, check
 
 pytestmark = pytest.mark.gpu
 

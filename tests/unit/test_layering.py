@@ -30,3 +30,17 @@ def test_the_contract_catches_an_engine_that_imports_ray(tmp_path, monkeypatch):
     assert lint() == EXIT_STATUS_SUCCESS
     (pkg / "engines" / "offender.py").write_text("import ray\n")
     assert lint() != EXIT_STATUS_SUCCESS
+
+
+def test_tests_import_nothing_from_the_benchmarks():
+    """What tests and benchmarks share lives in rayrl.testing: a benchmark may change its code without a test
+    changing its meaning."""
+    import ast
+
+    offenders = []
+    for path in (ROOT / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "benchmarks"]
+    assert offenders == [], offenders

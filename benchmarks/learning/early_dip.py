@@ -3,7 +3,7 @@ variant for 60, on several sampling seeds: held-out greedy accuracy before and a
 10 steps the sampled reward, the share of groups whose rewards are all equal, response length and the
 sampled tokens' negative log-prob (an entropy estimate). Extra key=value pairs go to every run.
 
-    python -m benchmarks.early_dip [--seeds 0 1 2] [--setups 32x8 8x4] [learner.lr=5e-5 ...]
+    python -m benchmarks.learning.early_dip [--seeds 0 1 2] [--setups 32x8 8x4] [learner.lr=5e-5 ...]
 """
 
 from __future__ import annotations
@@ -16,12 +16,9 @@ import ray
 from benchmarks.common import benchmark_parser, print_table, write_result
 from rayrl.config import load_config
 from rayrl.driver import start_ray
+from rayrl.testing.short_runs import BASE, SETUPS
 from rayrl.trainer import train
 
-SETUPS = {"32x8": ["learner.total_steps=40", "rollout.batch_size=32", "rollout.group_size=8"],
-          "8x4": ["learner.total_steps=60", "rollout.batch_size=8", "rollout.group_size=4"]}
-BASE = ["data.eval_size=200", "rollout.max_staleness=1", "algorithm.dynamic_sampling=true", "metrics.progress=false", "checkpoint.save_final=false", "checkpoint.every_steps=0",
-        "scheduler.include_dashboard=false", "checkpoint.resume=never"]
 BLOCK = 10
 SERIES = ("sampled_reward_mean", "reward_mean", "equal_reward_groups", "response_len_mean", "sampled_nll_mean")
 

@@ -1,9 +1,9 @@
 """Learner throughput and MFU on one GPU: a Qwen2-1.5B-shaped model (random weights, bf16), GRPO
 train steps on packed sequences of mixed lengths, FSDP2 and DeepSpeed side by side.
 
-    python -m benchmarks.learner_mfu [--steps 4] [--peak-tflops 989]   (run on the GPU machine)
-    python -m benchmarks.learner_mfu --runs fsdp:packed:16384:compile,fsdp:padded:8192  (backend:layout:tokens[:compile])
-    python -m benchmarks.learner_mfu --shape 0.5b --runs fsdp:packed:32768:compile:learner.logprob_chunk_tokens=8192
+    python -m benchmarks.performance.learner_mfu [--steps 4] [--peak-tflops 989]   (run on the GPU machine)
+    python -m benchmarks.performance.learner_mfu --runs fsdp:packed:16384:compile,fsdp:padded:8192  (backend:layout:tokens[:compile])
+    python -m benchmarks.performance.learner_mfu --shape 0.5b --runs fsdp:packed:32768:compile:learner.logprob_chunk_tokens=8192
     (a run's further parts are config overrides; --shape 0.5b: the Qwen2-0.5B shape async_vs_sync trains)
 
 FLOPs per step = sum over sequences of 6·N·len + 6·layers·(heads·head_dim)·len² (causal attention,
@@ -22,7 +22,7 @@ from pathlib import Path
 import ray
 
 from benchmarks.common import benchmark_parser, print_table, write_result
-from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
+from benchmarks.performance.gpu_busy import GpuBusySampler, cuda_mps
 from rayrl.actors import LearnerGroup
 from rayrl.config import load_config
 from rayrl.testing.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, save_random_qwen2

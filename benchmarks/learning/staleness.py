@@ -5,7 +5,7 @@ the sampled reward, against step and against training wall time (evaluations lef
 one PNG plot (`pip install matplotlib`) in benchmarks/results/. The order of the variants alternates
 from seed to seed.
 
-    python -m benchmarks.staleness [--seeds 0 1] [--steps 150] [key=value ...]
+    python -m benchmarks.learning.staleness [--seeds 0 1] [--steps 150] [key=value ...]
 """
 
 from __future__ import annotations

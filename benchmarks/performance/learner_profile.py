@@ -3,7 +3,7 @@ lengths, or --shape 0.5b --completion 128 --groups 32: async_vs_sync's GPU batch
 torch.profiler, CUDA kernel time summed into matmul / attention / log-prob head / elementwise+norm /
 optimizer / other, plus the busiest kernels.
 
-    python -m benchmarks.learner_profile [--tokens 16384] [--packed true] [--compile false] [--bitwise]
+    python -m benchmarks.performance.learner_profile [--tokens 16384] [--packed true] [--compile false] [--bitwise]
                                          [--shape 1.5b] [--groups 16] [--completion N] [key=value ...]
                                          (run on the GPU machine)
 
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.common import benchmark_parser, print_table, write_result
-from benchmarks.learner_mfu import SHAPES, make_groups
+from benchmarks.performance.learner_mfu import SHAPES, make_groups
 from rayrl.batching import collate
 from rayrl.config import load_config
 from rayrl import components

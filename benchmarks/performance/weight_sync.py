@@ -11,7 +11,7 @@ Then hot syncs (vLLM awake, as in the split placement) time the transfer itself,
 device-to-device copy of the same bytes, and the same bytes as 338 separate tensor copies. With one FSDP2 rank the
 sync is in place (vLLM reads the learner's parameters and casts them); the summary's in_place says which ran.
 
-    python -m benchmarks.weight_sync --transport ipc [--rounds 4] [--hot 10]
+    python -m benchmarks.performance.weight_sync --transport ipc [--rounds 4] [--hot 10]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import ray
 import torch
 
 from benchmarks.common import benchmark_parser, print_table, write_result
-from benchmarks.gpu_learner_check import mismatch
+from rayrl.testing.logprob_gap import mismatch
 from rayrl.actors import LearnerGroup, RolloutWorker, WeightBroadcaster
 from rayrl.config import load_config
 from rayrl.testing.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2

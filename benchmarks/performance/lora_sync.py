@@ -1,8 +1,8 @@
 """LoRA against full fine-tuning on the same model, prompts and settings: a weight sync's bytes and time (learner to
 the rollout engine, the sync as the run does it) and the learner's step time and peak device memory.
 
-    python -m benchmarks.lora_sync --commit $(git rev-parse --short HEAD)   (GPU: the 1.5B shape, one H200 shared)
-    python -m benchmarks.lora_sync --smoke                                  (CPU: the demo model, hf engine)
+    python -m benchmarks.performance.lora_sync --commit $(git rev-parse --short HEAD)   (GPU: the 1.5B shape, one H200 shared)
+    python -m benchmarks.performance.lora_sync --smoke                                  (CPU: the demo model, hf engine)
 
 Each variant builds the run's actors (ActorSystem), generates and scores --steps batches, trains on each and syncs
 after it, then times --hot syncs of unchanged weights. Random weights learn nothing; what is compared is cost.

@@ -9,6 +9,7 @@ import os
 
 from rayrl import components
 from rayrl.batching import collate
+from rayrl.demo import prepare_models
 from rayrl.types import Sample, Task, TrajectoryGroup
 
 LORA = ["lora.enabled=true", "lora.rank=8", "learner.lr=1e-2"]
@@ -16,7 +17,7 @@ LORA = ["lora.enabled=true", "lora.rank=8", "learner.lr=1e-2"]
 
 def trained_export(make_cfg, random_groups, out) -> tuple[str, object]:
     """The demo base model's path and a learner after three LoRA steps, saved to out (merged export + adapter/)."""
-    base = str(components.prepare_models(make_cfg("demo.warmup_steps=20"))).policy
+    base = str(prepare_models(make_cfg("demo.warmup_steps=20")).policy)
     learner = components.learner(make_cfg(*LORA), base)
     for seed in (0, 1, 2):
         learner.train_step(collate(random_groups(4, 4, seed), learner.tokenizer.pad_token_id))

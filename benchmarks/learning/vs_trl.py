@@ -12,9 +12,9 @@ metric, with a bootstrap 90 % interval; wall time and samples/s; held-out accura
 (one PNG, every run). --rayrl-steps lets rayrl train longer than TRL (unequal: more chances to reach the target;
 the default is the same --steps on both sides). TRL is a benchmark-only extra (pip install trl).
 
-    python -m benchmarks.vs_trl [--config arithmetic|long-answers] [--steps 150] [--eval-every 10]
+    python -m benchmarks.learning.vs_trl [--config arithmetic|long-answers] [--steps 150] [--eval-every 10]
                                 [--repeats 5] [--systems trl,rayrl-hf,rayrl-vllm] [--seeds 0,1,2,3,4]
-    python -m benchmarks.vs_trl --gpus 1 ...: throughput on one GPU (benchmarks/vs_trl_gpu.py)
+Throughput against TRL on one GPU is its own benchmark: benchmarks/performance/vs_trl_gpu.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from benchmarks.common import benchmark_parser, bootstrap_ratio, print_table, spread, write_result
 from rayrl.config import Config, load_config
-from benchmarks.trl_learning import run_trl, run_trl_child
+from benchmarks.learning.trl_learning import run_trl, run_trl_child
 from rayrl.demo import prepare_models
 
 RECIPE = "recipes/arithmetic_grpo.yaml"
@@ -34,7 +34,7 @@ SAME = ["algorithm.dynamic_sampling=false", "algorithm.beta=0.0"]  # what TRL's 
 # --config: the recipe as shipped (answers of ~3 tokens), or answers of ~24 tokens (the sum written 8 times) where
 # generation is most of a step; its demo model warms up longer to start near the recipe's held-out accuracy
 # gpu-arithmetic: one GPU, sums of operands up to 499 (answers of 1-3 digits), a ~180M-parameter demo model warmed up
-# on the GPU; rayrl with four vLLM engines beside the compiled FSDP2 learner (as in vs_trl --gpus 1), TRL in the
+# on the GPU; rayrl with four vLLM engines beside the compiled FSDP2 learner (as in benchmarks/performance/vs_trl_gpu.py), TRL in the
 # variant that --systems names (vLLM colocate)
 CONFIGS = {"arithmetic": [],
            "long-answers": ["data.answer_copies=8", "rollout.max_new_tokens=32", "demo.warmup_steps=600"],
@@ -141,35 +141,15 @@ def plot(runs: list[dict], out: Path) -> Path:
 
 def main() -> None:
     p = benchmark_parser(__doc__)
-    p.add_argument("--steps", type=int, default=None, help="default 150 on CPU, 8 with --gpus 1")
-    p.add_argument("--rayrl-steps", type=int, default=None, help="CPU: rayrl's steps (default: --steps)")
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--rayrl-steps", type=int, default=None, help="rayrl's steps (default: --steps)")
     p.add_argument("--eval-every", type=int, default=10)
-    p.add_argument("--systems", default=None, help="CPU default: trl,rayrl-hf,rayrl-vllm; --gpus 1 default: "
-                   "trl,rayrl-eta0,rayrl-eta4 (names: benchmarks/vs_trl_gpu.py)")
-    p.add_argument("--config", choices=sorted(CONFIGS), default="arithmetic", help="CPU: the task's settings")
+    p.add_argument("--systems", default="trl,rayrl-hf,rayrl-vllm")
+    p.add_argument("--config", choices=sorted(CONFIGS), default="arithmetic", help="the task's settings")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--seeds", default="", help="CPU: one seed per repeat (learner.seed, rollout.seed, TRL's seed)")
-    p.add_argument("--gpus", type=int, default=0, choices=[0, 1], help="1: throughput at equal work on one GPU "
-                   "(benchmarks.vs_trl_gpu); 0: time to accuracy on CPU")
-    p.add_argument("--shape", choices=["0.5b", "1.5b"], default="0.5b", help="--gpus 1: the model's shape")
-    p.add_argument("--warmup", type=int, default=2, help="--gpus 1: first steps left out")
-    p.add_argument("--tokens", type=int, default=256, help="--gpus 1: tokens per completion (EOS ignored)")
-    p.add_argument("--trl-timeout", type=float, default=900.0, help="--gpus 1: seconds for one TRL run")
-    p.add_argument("--reverse-first", action="store_true", help="--gpus 1: the first repeat runs the systems backwards")
-    p.add_argument("--merge", nargs="+", help="--gpus 1: result JSONs of earlier invocations, merged as repeats")
+    p.add_argument("--seeds", default="", help="one seed per repeat (learner.seed, rollout.seed, TRL's seed)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
-    if args.gpus or args.merge:
-        from benchmarks import vs_trl_gpu
-
-        if args.merge:
-            return vs_trl_gpu.merge(args.merge, args.commit)
-
-        args.steps = args.steps or 8
-        args.systems = args.systems or "trl,rayrl-eta0,rayrl-eta4"
-        return vs_trl_gpu.main(args, list(args.overrides))
-    args.steps = args.steps or 150
-    args.systems = args.systems or "trl,rayrl-hf,rayrl-vllm"
     args.overrides = [*CONFIGS[args.config], *args.overrides]
     cfg = load_config(RECIPE, [*SAME, *args.overrides])
     model_path = prepare_models(cfg).policy

@@ -1,8 +1,8 @@
 """TRL's GRPOTrainer on one GPU as its users run it there: vLLM in colocate mode (one process, vLLM beside the
 trainer on the same GPU, CUDA graphs on), bf16 autocast over fp32 weights, gradient accumulation to the batch.
-vs_trl --gpus 1 runs this in a child process (vLLM's memory leaves with it) and reads one result line.
+vs_trl_gpu runs this in a child process (vLLM's memory leaves with it) and reads one result line.
 
-    python -m benchmarks.trl_gpu MODEL_DIR SETTINGS_JSON     (prints "TRL_RESULT {json}")
+    python -m benchmarks.performance.trl_gpu MODEL_DIR SETTINGS_JSON     (prints "TRL_RESULT {json}")
 
 SETTINGS_JSON: steps, prompts, group_size, max_new_tokens, lr, max_model_len and a variant's settings (variant()):
 micro_batch, memory_share, detokenize, liger, compile, is_correction, generation_batch_size (bf16: false on a CPU,

@@ -2,7 +2,7 @@
 and last 25 steps, per run, with median and min-max (the README's learning figures). CI's short learning test is
 tests/cpu/test_early_dip.py; this longer run lives here.
 
-    python -m benchmarks.learning_repeats [--runs 5] [key=value ...]   (e.g. learner.total_steps=150)
+    python -m benchmarks.learning.learning_repeats [--runs 5] [key=value ...]   (e.g. learner.total_steps=150)
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ alternating order, --runs pairs of learning_repeats' 150-step run: held-out accu
 after, the judge's agreement with exact match on the held-out answers, and its engine calls per step against the
 reward actors' calls.
 
-    python -m benchmarks.judge_learning [--runs 3] [key=value ...]
+    python -m benchmarks.learning.judge_learning [--runs 3] [key=value ...]
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import ray
 
 from benchmarks.common import benchmark_parser, print_table, spread, write_result
-from benchmarks.learning_repeats import TEST_RUN
+from benchmarks.learning.learning_repeats import TEST_RUN
 from rayrl.config import load_config
 from rayrl.driver import start_ray
 from rayrl.placement import PlacementPlan

@@ -2,7 +2,7 @@
 greedy accuracy before and after, the sampled reward of the first and last 10 steps, whether any loss
 or gradient norm was not finite, and the type's own gauges at the end (clip fraction, critic).
 
-    python -m benchmarks.algorithm_types [--steps 40] [--seeds 0] [--types grpo ppo ...] [key=value ...]
+    python -m benchmarks.learning.algorithm_types [--steps 40] [--seeds 0] [--types grpo ppo ...] [key=value ...]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ steps in bf16 (the policy and its critic, sharing each GPU); the HF export loads
 completions, and the learner rescores them: the rollout-training mismatch over >= 500 sampled tokens
 (mean |Δ log p|, token_mult_prob_error = mean exp|Δ|, k3 KL; the worst token is reported, not a bar).
 
-    python -m benchmarks.gpu_learner_check [--backends fsdp,zero3] [--gpus N] [--out DIR] [key=value ...]
+    python tests/gpu/learner_check.py [--backends fsdp,zero3] [--gpus N] [--out DIR] [key=value ...]
     (overrides such as vllm.lm_head_fp32=true apply to learners and vLLM alike)
 """
 
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import ray
 
-from benchmarks.common import benchmark_parser, print_table, run_outside_ray, write_result
+from rayrl.testing.logprob_gap import mismatch
+from rayrl.testing.records import benchmark_parser, format_table, run_outside_ray, write_result
 from rayrl.actors import CriticGroup, LearnerGroup
 from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
@@ -69,15 +70,6 @@ def vllm_scores(model_dir: str, prompts: list[list[int]], n_tokens: int, lm_head
 def _gap(a: list[list[float]], b: list[list[float]]) -> tuple[float, float]:
     diffs = [abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)]
     return max(diffs), sum(diffs) / len(diffs)
-
-
-def mismatch(learner: list[list[float]], engine: list[list[float]]) -> dict:
-    """The field's gauges of learner vs engine log-probs of the same tokens (as MismatchMeter)."""
-    deltas = [a - b for ra, rb in zip(learner, engine) for a, b in zip(ra, rb)]
-    n = len(deltas)
-    return {"mismatch_tokens": n, "mismatch_abs_mean": sum(map(abs, deltas)) / n,
-            "token_mult_prob_error": sum(math.exp(abs(d)) for d in deltas) / n,
-            "mismatch_k3": sum(math.exp(-d) + d - 1 for d in deltas) / n, "mismatch_max": max(map(abs, deltas))}
 
 
 def check(backend: list[str], base: Path, prompts: list[list[int]], gpus: int, overrides: list[str]) -> dict:
@@ -153,8 +145,8 @@ def main() -> None:
     for r in rows:  # the restated bar: the mean, not the worst token
         r["ok"] = (r["mismatch_tokens"] >= 500 and r["mismatch_abs_mean"] <= 0.01 and r["token_mult_prob_error"] <= 1.02
                    and all(math.isfinite(x) for x in r["losses"] + r["critic_losses"]))
-    print_table(rows, ["backend", "gpus", "mismatch_tokens", "mismatch_abs_mean", "token_mult_prob_error", "mismatch_k3",
-                       "mismatch_max", "max_vllm_decode_vs_prefill", "max_vllm_bf16_vs_fp32", "mean_token_prob", "ok"])
+    print(format_table(rows, ["backend", "gpus", "mismatch_tokens", "mismatch_abs_mean", "token_mult_prob_error", "mismatch_k3",
+                       "mismatch_max", "max_vllm_decode_vs_prefill", "max_vllm_bf16_vs_fp32", "mean_token_prob", "ok"]))
     path = write_result("gpu_learner_check", {"model": str(cfg.demo.model_dump()), "overrides": args.overrides,
                                               "rows": rows}, args.commit)
     if args.out:

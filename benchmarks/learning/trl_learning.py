@@ -1,5 +1,5 @@
 """TRL's GRPOTrainer learning the arithmetic task, for vs_trl's time to accuracy: on CPU with PyTorch's generate,
-on one GPU with vLLM colocate in a named variant's settings (benchmarks.trl_gpu.variant). Held-out greedy accuracy
+on one GPU with vLLM colocate in a named variant's settings (benchmarks.performance.trl_gpu.variant). Held-out greedy accuracy
 every eval_every steps on the training clock, the evaluation paused out of it; on the GPU it runs on TRL's own vLLM
 engine after a weight sync, as rayrl evaluates on its vLLM engines (bf16, greedy)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.trl_gpu import colocate_args, variant
+from benchmarks.performance.trl_gpu import colocate_args, variant
 from rayrl.config import Config
 from rayrl.data import load_tasks
 from rayrl.models.tokenizer import load_tokenizer
@@ -139,7 +139,7 @@ def run_trl_child(recipe: str, overrides: list[str], hp: dict, model_path: Path,
 
     job = {"recipe": recipe, "overrides": overrides, "hp": hp, "model": str(model_path), "steps": steps,
            "eval_every": eval_every, "system": system}
-    script = "import sys; from benchmarks.trl_learning import main; main(sys.argv[1])"
+    script = "import sys; from benchmarks.learning.trl_learning import main; main(sys.argv[1])"
     return json.loads(run_outside_ray(script, [json.dumps(job)], MARKER, timeout_s))
 
 

@@ -2,7 +2,7 @@
 gateway with a vLLM rollout worker, beside the hf engine on CPU (same model, fp32), and one two-turn
 session whose recorded tokens vLLM reproduces exactly. No learner: rollout, reward, gateway only.
 
-    python -m benchmarks.gpu_agent_check [--gpu 1]      (run on the GPU machine; --gpu 0 checks the script on CPU)
+    python tests/gpu/agent_check.py [--gpu 1]      (run on the GPU machine; --gpu 0 checks the script on CPU)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import openai
 import ray
 
-from benchmarks.common import benchmark_parser, print_table, write_result
+from rayrl.testing.records import benchmark_parser, format_table, write_result
 from rayrl.actors import Gateway, RewardActor, RolloutWorker, TrajectoryBuffer
 from rayrl.config import load_config
 from rayrl.data import PromptTemplate, load_tasks
@@ -73,7 +73,7 @@ def main() -> None:
     session = asyncio.run(two_turns(gateway, url, vllm, held_out[0].prompt))
     rows[0].update(session)
     stats = ray.get(gateway.stats.remote())
-    print_table(rows, ["engine", "held_out", "success", "turns", "retokenized", "turn1_equal", "turn2_equal"])
+    print(format_table(rows, ["engine", "held_out", "success", "turns", "retokenized", "turn1_equal", "turn2_equal"]))
     path = write_result("gpu_agent_check", {"rows": rows, "gateway": stats, "gpu": args.gpu}, args.commit)
     print("->", path)
     ray.shutdown()

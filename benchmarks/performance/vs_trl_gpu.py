@@ -4,7 +4,7 @@ samples a step, every completion exactly --tokens long (EOS ignored on both side
 over fp32 weights.
 
 Systems (--systems, comma-separated), each named by its settings:
-  trl[-mbN][-memX][-gbsN][-liger][-compile][-nois][-detok]   TRL in vLLM colocate mode (benchmarks.trl_gpu, a child
+  trl[-mbN][-memX][-gbsN][-liger][-compile][-nois][-detok]   TRL in vLLM colocate mode (benchmarks.performance.trl_gpu, a child
       process), tuned as its users tune it (trl_gpu.TUNED); the parts sweep its knobs: micro-batch, vLLM's memory
       share, its off-policy generation batch, Liger kernels, torch.compile, the IS correction off (its ceiling)
   rayrl-etaN[-enginesK][-eager][-padded]   rayrl, placement.mode=share: K vLLM engines (default 4) beside the
@@ -16,8 +16,8 @@ Repeats alternate the order of the systems. Reported per system: training sample
 (NVML), medians and ranges over repeats, and each rayrl system's samples/s over the best TRL system's (the TRL
 system with the highest median) in the same repeat.
 
-    python -m benchmarks.vs_trl --gpus 1 --systems trl-mb64,trl-mb256,rayrl-eta0,rayrl-eta4 [--shape 1.5b] ...
-    python -m benchmarks.vs_trl --gpus 1 --merge A.json B.json  # runs of several invocations as repeats of one
+    python -m benchmarks.performance.vs_trl_gpu --systems trl-mb64,trl-mb256,rayrl-eta0,rayrl-eta4 [--shape 1.5b] ...
+    python -m benchmarks.performance.vs_trl_gpu --merge A.json B.json  # runs of several invocations as repeats of one
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.async_vs_sync import gpu_overrides, run_once
-from benchmarks.common import as_repeats, merged_commit, outside_ray_env, print_table, pyplot, spread, write_result
-from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
-from benchmarks.learner_mfu import SHAPES
-from benchmarks.trl_gpu import MARKER, variant, versions
+from benchmarks.performance.async_vs_sync import gpu_overrides, run_once
+from benchmarks.common import as_repeats, benchmark_parser, merged_commit, outside_ray_env, print_table, pyplot, spread, write_result
+from benchmarks.performance.gpu_busy import GpuBusySampler, cuda_mps
+from benchmarks.performance.learner_mfu import SHAPES
+from benchmarks.performance.trl_gpu import MARKER, variant, versions
 from rayrl.testing.random_qwen2 import save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS
 
@@ -60,7 +60,7 @@ def rayrl_overrides(name: str, model: Path, tokens: int, shape: str) -> tuple[in
 
 def run_trl(model: Path, settings: dict, warmup: int, sampler: GpuBusySampler, timeout_s: float) -> dict:
     """TRL in a child process without Ray's environment; its step ends give the window, its phases the split."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.trl_gpu", str(model), json.dumps(settings)],
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.performance.trl_gpu", str(model), json.dumps(settings)],
                           capture_output=True, text=True, timeout=timeout_s, env=outside_ray_env())
     line = next((x for x in proc.stdout.splitlines() if x.startswith(MARKER)), None)
     if line is None:
@@ -87,6 +87,21 @@ def run_rayrl(eta: int, overrides: list[str], args, name: str, sampler: GpuBusyS
             "halves_step_s")
     return {**{k: run[k] for k in keep}, "gpu_busy": run["gpu_busy"][0] if run["gpu_busy"] else None,
             "versions": versions()}
+
+
+def parse_args():
+    p = benchmark_parser(__doc__)
+    p.add_argument("--systems", default="trl,rayrl-eta0,rayrl-eta4", help="comma-separated names (above)")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=2, help="first steps left out")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="0.5b", help="the model's shape")
+    p.add_argument("--tokens", type=int, default=256, help="tokens per completion (EOS ignored)")
+    p.add_argument("--trl-timeout", type=float, default=900.0, help="seconds for one TRL run")
+    p.add_argument("--reverse-first", action="store_true", help="the first repeat runs the systems backwards")
+    p.add_argument("--merge", nargs="+", help="result JSONs of earlier invocations, merged as repeats")
+    p.add_argument("overrides", nargs="*", help="rayrl config overrides (key=value)")
+    return p.parse_args()
 
 
 def main(args, overrides: list[str]) -> None:
@@ -218,3 +233,11 @@ def plot(rows: list[dict], runs: list[dict], title: str, out: Path) -> Path | No
     fig.tight_layout()
     fig.savefig(out)
     return out
+
+
+if __name__ == "__main__":
+    _args = parse_args()
+    if _args.merge:
+        merge(_args.merge, _args.commit)
+    else:
+        main(_args, list(_args.overrides))

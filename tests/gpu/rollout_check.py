@@ -2,7 +2,7 @@
 moved by vLLM's NCCL weight-transfer engine. After the update vLLM's log-probs must match the learner's
 (within 0.02) on a trained, peaked policy, and greedy outputs must change with the weights.
 
-    python -m benchmarks.gpu_rollout_check [--dtypes bfloat16 float32]     (run on the GPU machine)
+    python tests/gpu/rollout_check.py [--dtypes bfloat16 float32]     (run on the GPU machine)
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import tempfile
 
 import ray
 
-from benchmarks.common import benchmark_parser, print_table, write_result
+from rayrl.testing.records import benchmark_parser, format_table, write_result
 from rayrl.config import load_config
 from rayrl.data import load_tasks
 from rayrl.demo import prepare_models
@@ -74,8 +74,8 @@ def main() -> None:
     ray.init(address="local", include_dashboard=False, num_cpus=4 if args.smoke else None)
     rows = [check(d, work, SMOKE if args.smoke else GPU) for d in args.dtypes]
     ray.shutdown()
-    print_table(rows, ["dtype", "rollout_gpu", "sync_s", "sync_mb", "max_diff_before", "max_diff_after",
-                       "mean_diff_after", "mean_token_prob", "tokens", "greedy_changed", "ok"])
+    print(format_table(rows, ["dtype", "rollout_gpu", "sync_s", "sync_mb", "max_diff_before", "max_diff_after",
+                       "mean_diff_after", "mean_token_prob", "tokens", "greedy_changed", "ok"]))
     if not args.smoke:
         print(f"-> {write_result('gpu_rollout_check', {'rows': rows}, args.commit)}")
 

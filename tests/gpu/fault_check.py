@@ -2,8 +2,8 @@
 death was seen and the worker was back at the current weights, and whether the run still finished
 with its ledger balanced and no task trained twice.
 
-    python -m benchmarks.fault_check                                     (CPU, the arithmetic recipe)
-    python -m benchmarks.fault_check --config recipes/gsm8k_grpo.yaml model.path=... data.path=...   (GPU)
+    python tests/gpu/fault_check.py                                     (CPU, the arithmetic recipe)
+    python tests/gpu/fault_check.py --config recipes/gsm8k_grpo.yaml model.path=... data.path=...   (GPU)
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import ray
 
-from benchmarks.common import benchmark_parser, write_result
+from rayrl.testing.records import benchmark_parser, write_result
 from rayrl.config import load_config
 from rayrl.trainer import train
 

@@ -1,11 +1,11 @@
 """Rollout throughput: RolloutWorker (vLLM AsyncLLM in a Ray actor, results by object ref) against raw
 vllm.LLM.generate on the same model and requests, both engines alive at once, timed windows interleaved.
 
-    python -m benchmarks.rollout_throughput [--repeats 5]     (GPU: 1.5B shape, 256 x 512 tokens)
-    python -m benchmarks.rollout_throughput --tp 2            (2 GPUs: tensor parallel on both sides)
-    python -m benchmarks.rollout_throughput --shape 0.5b --prompts 256 --max-tokens 128 --memory-share 0.3
+    python -m benchmarks.performance.rollout_throughput [--repeats 5]     (GPU: 1.5B shape, 256 x 512 tokens)
+    python -m benchmarks.performance.rollout_throughput --tp 2            (2 GPUs: tensor parallel on both sides)
+    python -m benchmarks.performance.rollout_throughput --shape 0.5b --prompts 256 --max-tokens 128 --memory-share 0.3
                                                                (async_vs_sync's one-GPU generation, raw)
-    python -m benchmarks.rollout_throughput --smoke           (CPU: a tiny model, to check the script)
+    python -m benchmarks.performance.rollout_throughput --smoke           (CPU: a tiny model, to check the script)
 
 Both sides use random ("dummy") weights, the same engine arguments (the same fixed KV-cache size and
 memory share, so they fit side by side), the same sampling parameters (temperature 0.7, ignore_eos, one
@@ -30,7 +30,7 @@ from pathlib import Path
 import ray
 
 from benchmarks.common import benchmark_parser, outside_ray_env, print_table, spread, write_result
-from benchmarks.gpu_busy import GpuBusySampler
+from benchmarks.performance.gpu_busy import GpuBusySampler
 from rayrl.config import load_config
 from rayrl.engines.rollout.vllm_async import head_overrides
 from rayrl.testing.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, save_random_qwen2

@@ -1,8 +1,8 @@
 """Asynchronous against synchronous RL on one config: η = 0 (synchronous) and each η > 0, repeated with the
 order of the η values alternating (0,1,2,4 then 4,2,1,0, ...); medians and spreads over the repeats.
 
-    python -m benchmarks.async_vs_sync [--etas 0,1,2,4] [--repeats 3] [--steps 40] [--gpus 0|1|2] [key=value ...]
-    python -m benchmarks.async_vs_sync --merge A.json B.json   # repeats run as separate commands (time limits):
+    python -m benchmarks.performance.async_vs_sync [--etas 0,1,2,4] [--repeats 3] [--steps 40] [--gpus 0|1|2] [key=value ...]
+    python -m benchmarks.performance.async_vs_sync --merge A.json B.json   # repeats run as separate commands (time limits):
                                                                # the second with --reverse-first
 
 --gpus 0: the config as given (recipes/arithmetic_grpo.yaml: hf engine, torch learner, on CPU).
@@ -34,8 +34,8 @@ import ray
 from transformers import AutoConfig
 
 from benchmarks.common import as_repeats, benchmark_parser, merged_commit, print_table, pyplot, spread, write_result
-from benchmarks.gpu_busy import GpuBusySampler, cuda_mps
-from benchmarks.learner_mfu import SHAPES, count_params
+from benchmarks.performance.gpu_busy import GpuBusySampler, cuda_mps
+from benchmarks.performance.learner_mfu import SHAPES, count_params
 from rayrl.config import load_config
 from rayrl.testing.random_qwen2 import save_random_qwen2
 from rayrl.models.tokenizer import TEXT_CHARS

@@ -1,7 +1,7 @@
 """One recipe run recorded as a result: the run's summary plus per-step timings from its metrics.jsonl.
 
-    python -m benchmarks.recipe_run --config recipes/arithmetic_grpo.yaml [key=value ...]     (make demo's run)
-    python -m benchmarks.recipe_run --config recipes/gsm8k_grpo.yaml model.path=... data.path=... (GPU)
+    python -m benchmarks.performance.recipe_run --config recipes/arithmetic_grpo.yaml [key=value ...]     (make demo's run)
+    python -m benchmarks.performance.recipe_run --config recipes/gsm8k_grpo.yaml model.path=... data.path=... (GPU)
 
 The README's recipe figures come from the JSON this writes, never from a run's printed output.
 """

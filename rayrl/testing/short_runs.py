@@ -1,0 +1,7 @@
+"""The short runs that the early-dip test and benchmark share: the arithmetic recipe at 32 x 8 for 40 steps and at
+8 x 4 for 60, asynchronous (η = 1) with dynamic sampling, held-out accuracy on 200 problems."""
+
+SETUPS = {"32x8": ["learner.total_steps=40", "rollout.batch_size=32", "rollout.group_size=8"],
+          "8x4": ["learner.total_steps=60", "rollout.batch_size=8", "rollout.group_size=4"]}
+BASE = ["data.eval_size=200", "rollout.max_staleness=1", "algorithm.dynamic_sampling=true", "metrics.progress=false", "checkpoint.save_final=false", "checkpoint.every_steps=0",
+        "scheduler.include_dashboard=false", "checkpoint.resume=never"]
