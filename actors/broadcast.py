@@ -1,7 +1,8 @@
 """WeightBroadcaster: owns the weight-sync group, the policy version and its timing.
 
 One sync: pause rollout engines (in-flight requests kept) -> learner streams packed buckets ->
-rollout engines load them and resume at version v+1 -> the buffer admits against v+1. A collective
+rollout engines load them and resume at version v, the learner's step count -> the buffer admits against v
+(a loop that syncs every K steps publishes versions K, 2K, ...: rollout.max_staleness counts learner steps). A collective
 transport (gloo, nccl) sends and receives at once; with ipc the learner readies its weights (packs them, or
 in place only waits for its device) while the engines pause, then the receivers read them through its handles.
 Each part must finish within sync.timeout_s, or the sync fails naming the actors that did not.
@@ -47,8 +48,8 @@ class WeightBroadcaster:
                 "share_of_model": self.plan.n_bytes / model_bytes}
 
     def sync(self) -> WeightVersion:
-        """Push the learner's weights to every rollout worker as version v+1, then tell the buffer."""
-        return self.publish(self.version + 1)
+        """Push the learner's weights to every rollout worker labelled with its step count, then tell the buffer."""
+        return self.publish(ray.get(self.learners.rank0.version.remote()))
 
     def rejoin(self) -> WeightVersion:
         """After a rollout worker restarted: form the sync group anew with every worker and push the

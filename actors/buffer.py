@@ -5,6 +5,7 @@ publishes the buffer's gauges; the bookkeeping itself is BufferState's."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import msgspec
 import ray
@@ -12,15 +13,17 @@ import ray
 from rayrl.buffer import BufferState, Ledger, Waiting
 from rayrl.group_refs import put_groups
 from rayrl.metrics import RayMetrics
+from rayrl.progress import NoProgress, ProgressLimits
 from rayrl.types import GroupMeta, Task, TrajectoryGroup
 
 
 @ray.remote(num_cpus=0)
 class TrajectoryBuffer:
     def __init__(self, batch_size: int, max_staleness: int, version: int = 0, ledger: Ledger | None = None,
-                 drop_equal_rewards: bool = False) -> None:
-        """version / ledger: where a resumed run stands. drop_equal_rewards: dynamic sampling."""
-        self.state = BufferState(batch_size, max_staleness, version, ledger, drop_equal_rewards)
+                 drop_equal_rewards: bool = False, limits: ProgressLimits | None = None) -> None:
+        """version / ledger: where a resumed run stands. drop_equal_rewards: dynamic sampling. limits: when get_batch
+        gives up on a batch that can never come (rayrl.progress)."""
+        self.state = BufferState(batch_size, max_staleness, version, ledger, drop_equal_rewards, limits)
         self.changed = asyncio.Condition()
         self.closed = False
         self.metrics = RayMetrics("buffer", "buffer", {}, {
@@ -100,21 +103,28 @@ class TrajectoryBuffer:
             self.state.reject(worker, task_id)
             self._changed()
 
-    async def fail(self, worker: int, task_id: str) -> None:
+    async def fail(self, worker: int, task_id: str, why: str = "") -> None:
         async with self.changed:
-            self.state.fail(worker, task_id)
+            self.state.fail(worker, task_id, why)
             self._changed()
 
     async def get_batch(self, n: int) -> list[tuple[list, GroupMeta]]:
         """The n oldest groups, as places in the object store (rayrl.group_refs), once n are within the staleness
-        bound. Groups past it are not trained: counted as dropped_stale and their prompts generated again."""
+        bound. Groups past it are not trained: counted as dropped_stale and their prompts generated again. Raises
+        NoProgress once the batch can never come (rayrl.progress says why), checked at least once a second."""
         async with self.changed:
             while True:
-                await self.changed.wait_for(lambda: len(self.state.items) >= n or self.closed)
+                try:  # woken by every change; the watch's clock needs a look at least once a second as well
+                    await asyncio.wait_for(self.changed.wait_for(lambda: len(self.state.items) >= n or self.closed or
+                                                                 self.state.no_progress(n, time.monotonic())), 1.0)
+                except asyncio.TimeoutError:
+                    pass
                 if self.state.drop_stale():
                     self._changed()
                 if len(self.state.items) >= n or self.closed:
                     break
+                if why := self.state.no_progress(n, time.monotonic()):
+                    raise NoProgress(why)
             if len(self.state.items) < n:
                 raise RuntimeError(f"buffer closed with {len(self.state.items)} of {n} groups")
             out = self.state.take_batch(n)

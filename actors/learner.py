@@ -70,6 +70,10 @@ class LearnerWorker:
         returns = self.learner.last_returns
         return TrainResult(stats, None if returns is None else completion_values(batch, returns, groups))
 
+    def version(self) -> int:
+        """The optimizer steps taken (a resumed run's included): the version its weights are published as."""
+        return self.learner.version
+
     def completion_logprobs(self, groups: list[TrajectoryGroup]) -> list[list[float]]:
         """Per sample, the learner's log-probs of its completion tokens (to check against rollout)."""
         batch = collate(groups, self.pad_id)

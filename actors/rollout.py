@@ -137,8 +137,8 @@ class RolloutWorker:
         handed over, the prompt stays leased until the buffer's requeue() gives it back."""
         try:
             group = await self.workflow.arun_episode(self.train_engine, task)
-        except RewardUnavailable:
-            await self.buffer.fail.remote(self.index, task.id)
+        except RewardUnavailable as why:
+            await self.buffer.fail.remote(self.index, task.id, str(why))
             return
         except Exception:
             if self.closing:

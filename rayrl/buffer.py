@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from rayrl.config import RewardConfig, RolloutConfig
+from rayrl.progress import EQUAL, REJECTED, UNSCORED, ProgressLimits, ProgressWatch, stall_reason
 from rayrl.staleness import StalenessManager
 from rayrl.types import GroupMeta, Task
 
@@ -45,9 +47,11 @@ class Waiting(msgspec.Struct):
 
 class BufferState:
     def __init__(self, batch_size: int, max_staleness: int, version: int = 0, ledger: Ledger | None = None,
-                 drop_equal_rewards: bool = False) -> None:
-        """version / ledger: where a resumed run stands (its trained groups count as accepted).
-        drop_equal_rewards: dynamic sampling, groups whose rewards are all equal are not kept."""
+                 drop_equal_rewards: bool = False, limits: ProgressLimits | None = None) -> None:
+        """version / ledger: where a resumed run stands (its trained groups count as accepted). drop_equal_rewards:
+        dynamic sampling, groups whose rewards are all equal are not kept. limits: when a run that cannot progress
+        stops (default: the config's defaults at this batch size)."""
+        self.progress = ProgressWatch(limits or ProgressLimits.of(RolloutConfig(batch_size=batch_size), RewardConfig()))
         self.ledger = ledger or Ledger()
         self.staleness = StalenessManager(batch_size, max_staleness, version, self.ledger.trained)
         self.drop_equal_rewards = drop_equal_rewards
@@ -107,12 +111,14 @@ class BufferState:
         self.staleness.on_reject()
         self.ledger.produced += 1
         self.ledger.equal_rewards += 1
+        self.progress.untrainable(EQUAL, f"all {rewards[0]:g}" if rewards else "no samples")
         self.dropped.append(task_id)
         self.dropped_rewards = [self.dropped_rewards[0] + sum(rewards), self.dropped_rewards[1] + len(rewards)]
 
     def accept(self, worker: int, ref: Any, meta: GroupMeta, task: Task) -> None:
         self.leases.get(worker, {}).pop(meta.task_id, None)
         self.staleness.on_accept()
+        self.progress.trainable()
         self.items.append(Waiting(ref, meta, task))
         self.ledger.produced += 1
 
@@ -122,17 +128,26 @@ class BufferState:
         self.staleness.on_reject()
         self.ledger.produced += 1
         self.ledger.rejected += 1
+        self.progress.untrainable(REJECTED, task_id)
         self.dropped.append(task_id)
 
-    def fail(self, worker: int, task_id: str) -> None:
-        """A group could not be scored: counted, and its prompt is generated again."""
+    def fail(self, worker: int, task_id: str, why: str = "") -> None:
+        """A group could not be scored (why: what the reward left unscored): counted, its prompt generated again."""
         task = self.leases.get(worker, {}).pop(task_id, None)
         self.ledger.produced += 1
         self.ledger.failed += 1
+        self.progress.untrainable(UNSCORED, why or f"task {task_id}")
         if task is not None:
             self._give_back([task])
 
     # ---- batches out -----------------------------------------------------------------------------
+    def no_progress(self, n: int, now: float) -> str | None:
+        """Why a batch of n can never come (ProgressWatch), or None while it still may."""
+        s = self.staleness
+        stall = stall_reason(n, len(self.items), s.running, len(self.prompts), s.capacity(), s.version,
+                             s.max_staleness, s.batch_size, s.accepted)
+        return self.progress.verdict(stall, now)
+
     def drop_stale(self) -> int:
         """Groups past the staleness bound go back to the queue as prompts (counted); returns how many."""
         stale = [w for w in self.items if self.staleness.too_old(w.meta.version)]
@@ -149,6 +164,7 @@ class BufferState:
         ordered = sorted(self.items, key=lambda w: w.meta.version)  # stable: arrival order within a version
         out, self.items = ordered[:n], deque(ordered[n:])
         self.ledger.trained += n
+        self.progress.served()
         return out
 
     def take_dropped(self) -> tuple[list[str], float, int]:

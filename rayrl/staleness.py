@@ -1,7 +1,7 @@
 """Admission control for asynchronous rollouts (AReaL's bounded staleness).
 
 A prompt group is admitted only while accepted + running < (η + v + 1) · batch_size, where v is
-the policy version the rollout workers hold. η = 0 is synchronous RL.
+the policy version the rollout workers hold: the learner step whose weights they were last sent. η = 0 is synchronous RL.
 """
 
 from __future__ import annotations

@@ -139,6 +139,9 @@ class RolloutConfig(Section):
     workflow: str = F("rayrl.workflows.rlvr:SingleTurn", "The episode code: a Workflow class by import string.")
     groups_per_call: int = F(4, "Prompts a worker leases at once; their episodes start together.", ge=1)
     prompt_lead_batches: int = F(2, "Prompt batches queued beyond what staleness admits.", ge=1)
+    max_idle_batches: int = F(10, "Batches' worth of finished groups with none trainable: the run stops, naming why.",
+                              ge=1)
+    stall_s: float = F(30.0, "A batch awaited this long with nothing generating or admissible stops the run.", gt=0)
     queue_check_s: float = F(1.0, "While waiting for a batch: how often the driver checks workers and prompts.", gt=0)
     request_timeout_s: float = F(600.0, "Past it a request is aborted and returned with its partial tokens.", gt=0)
     seed: int = F(0, "Each request samples from its own stream, seeded by this and its task id (exact resume).")

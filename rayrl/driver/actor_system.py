@@ -5,7 +5,7 @@ rayrl's actors in a program of one's own (recipes/custom_loop.py); the trainer's
     system.buffer.feed.remote(tasks)             # prompts in; rollout workers pull them while .run() loops
     batch = ray.get(system.buffer.get_batch.remote(n))
     stats = system.learners.train([refs for refs, _meta in batch])
-    synced = ray.get(system.broadcaster.sync.remote())   # rollout workers and buffer move to version v+1
+    synced = ray.get(system.broadcaster.sync.remote())   # rollout workers and buffer move to the learner's step
     system.close()
 """
 
@@ -25,6 +25,7 @@ from rayrl.driver.ray_cluster import start_ray
 from rayrl.faults import RolloutFailed, wait_all
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.placement import PlacementPlan
+from rayrl.progress import ProgressLimits
 
 
 class ActorSystem:
@@ -76,7 +77,7 @@ class ActorSystem:
         cfg = self.cfg
         self.buffer = TrajectoryBuffer.options(**self._options("buffer", "service")).remote(
             cfg.rollout.batch_size, cfg.rollout.max_staleness, state.version if state else 0,
-            state.ledger if state else None, cfg.algorithm.dynamic_sampling)
+            state.ledger if state else None, cfg.algorithm.dynamic_sampling, ProgressLimits.of(cfg.rollout, cfg.reward))
         r, m = cfg.reward, cfg.reward.model
         names = [f"reward-model-{i}" for i in range(m.num_actors)] if self.reward_model_path is not None else []
         if names:

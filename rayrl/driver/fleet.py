@@ -148,7 +148,7 @@ class RolloutFleet:
                 raise late from None
 
     def sync(self) -> WeightVersion:
-        """Weights to every rollout worker as v+1; a worker that failed the sync is brought back (or, one that
+        """Weights to every rollout worker at the learner's step; a worker that failed the sync is brought back (or, one that
         joined, leaves) and the sync redone. A collective send fails on the learner too when a receiver dies
         mid-sync: that is retried only if a rollout worker died; otherwise the run cannot survive it."""
         try:

@@ -10,6 +10,7 @@ import ray
 
 from rayrl.config import RewardConfig
 from rayrl.faults import RunStopped
+from rayrl.progress import who_scores
 from rayrl.rewards.scoring import failing, merge_stats
 
 
@@ -26,7 +27,8 @@ class RewardWatch:
         stats = merge_stats(ray.get([a.stats.remote() for a in self.rewards]))
         path = self.run_dir.write_json("reward_failures.json", stats)
         r = self.cfg
-        if why := failing(stats, r.fn, r.max_failure_fraction, r.failure_window, r.max_failing_s, time.time()):
+        model = who_scores(r) if r.model.kind != "none" else None
+        if why := failing(stats, r.fn, r.max_failure_fraction, r.failure_window, r.max_failing_s, time.time(), model):
             raise RunStopped(f"{why}; details in {path}", exit_code=1)
         return {k: v for k, v in stats["counts"].items() if k != "ok"}
 

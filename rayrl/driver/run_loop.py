@@ -1,5 +1,5 @@
 """RunLoop: one run's asynchronous step over the driver's owners. loop() is the step itself: take a batch the
-buffer admitted under the staleness bound, train on it, push the weights to the rollout workers as version v+1,
+buffer admitted under the staleness bound, train on it, push the weights to the rollout workers as the learner's step,
 report, checkpoint. Everything around it belongs to an owner set up in __init__."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from rayrl.driver.reward_watch import RewardWatch
 from rayrl.driver.threads import ThreadBudget
 from rayrl.faults import RunStopped, StopRequest
 from rayrl.group_refs import get_groups
+from rayrl.progress import NoProgress
 from rayrl.rewards.combine import agreement
 from rayrl.types import Task
 
@@ -79,7 +80,7 @@ class RunLoop:
             t1 = time.perf_counter()
             stats = self.train(step, refs)
             t2 = time.perf_counter()
-            synced = self.fleet.sync()  # rollout workers and buffer move to v+1
+            synced = self.fleet.sync()  # rollout workers and buffer move to the learner's step
             t3 = time.perf_counter()
             if cfg.placement.mode == "colocate":
                 stats.update(self.fleet.sync_report())
@@ -152,7 +153,10 @@ class RunLoop:
             self.look_at_the_fleet()
             self.feeder.top_up_if_low()
             self.watch.check_due()  # whatever woke the wait: a failing reward must stop the run, not starve it
-        items = sorted(ray.get(ref), key=lambda item: stream_position(item[1].task_id))
+        try:
+            items = sorted(ray.get(ref), key=lambda item: stream_position(item[1].task_id))
+        except NoProgress as err:  # the buffer's watch: its own message, without the actor's traceback around it
+            raise NoProgress(f"{err.cause}; the run stopped at step {step}") from None
         metas = [meta for _, meta in items]
         self.feeder.trained([m.task_id for m in metas])
         self.reporter.batch(step, metas)

@@ -174,10 +174,12 @@ def merge_stats(per_actor: list[dict]) -> dict:
     return out
 
 
-def failing(stats: dict, fn: str, max_fraction: float, window: int, max_failing_s: float, now: float) -> str | None:
+def failing(stats: dict, fn: str, max_fraction: float, window: int, max_failing_s: float, now: float,
+            model: str | None = None) -> str | None:
     """Why the run should stop: more than max_fraction of the last `window` samples failed (known as soon as the
     failures alone pass that share of a full window), or every sample scored for max_failing_s failed (a reward
-    that fails on every call, however slowly its failures come, e.g. by hanging)."""
+    that fails on every call, however slowly its failures come, e.g. by hanging). model: the reward model's
+    name, blamed instead of the rule function fn when most failures are the model's."""
     full = max(window, stats["window"])
     if stats["window_failed"] > max_fraction * full:
         why = (f"failed on {stats['window_failed']} of the last {stats['window']} samples "
@@ -186,6 +188,9 @@ def failing(stats: dict, fn: str, max_fraction: float, window: int, max_failing_
         why = f"failed on every sample scored in the last {now - stats['failing_since']:.0f}s (reward.max_failing_s)"
     else:
         return None
-    reasons = ", ".join(f"{k} {v}" for k, v in stats["counts"].items() if k != "ok" and v)
-    first = next((f"{k}: {m[0]}" for k, m in stats["examples"].items() if m), "")
-    return f"reward function {fn} {why}; failures so far: {reasons}; first: {first}"
+    counts = stats["counts"]
+    reasons = ", ".join(f"{k} {v}" for k, v in counts.items() if k != "ok" and v)
+    first = next((m[0] if m[0].startswith(f"{k}:") else f"{k}: {m[0]}" for k, m in stats["examples"].items() if m), "")
+    by_model = sum(counts.get(k, 0) for k in MODEL_FAILURES)
+    who = model if model and 2 * by_model >= sum(v for k, v in counts.items() if k != "ok") else f"reward function {fn}"
+    return f"{who} {why}; failures so far: {reasons}; first: {first}"

@@ -19,3 +19,16 @@ def slow_first_then_unparsable_sometimes(verdict):
     if int(verdict.request_id.rsplit("-", 1)[1]) % 16 == 0:
         raise ValueError(f"verdict {verdict.text!r} does not follow the format")
     return yes_probability(verdict)
+
+
+def every_other_unparsable(verdict):
+    """Every other verdict of an engine call does not parse: with each group's samples asked together (combine=only),
+    exactly half of every group is left unscored, so no group is ever complete."""
+    if int(verdict.request_id.rsplit("-", 1)[1]) % 2 == 0:
+        raise ValueError(f"verdict {verdict.text!r} does not follow the format")
+    return yes_probability(verdict)
+
+
+def always_no(verdict):
+    """A judge that rejects every answer: every sample's reward is 0."""
+    return 0.0

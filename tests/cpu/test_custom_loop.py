@@ -37,3 +37,40 @@ def test_a_transport_added_in_one_module_carries_the_weights(ray_cluster, make_c
     assert [s["version"] for s in out["steps"]] == [1, 2]
     assert out["weights_moved"] > 1e-4
     assert out["logprob_gap_after_sync"] <= 1e-5, out
+
+
+def test_a_loop_that_syncs_every_2_steps_at_staleness_1_trains_6_steps(ray_cluster, make_cfg):
+    """Versions are learner steps: the syncs publish 2, 4, 6, and every batch comes from a published version at
+    most one step behind the learner (rollout.max_staleness=1 = K - 1)."""
+    recipe = _load_recipe()
+    out = recipe.main(make_cfg("learner.total_steps=6", "rollout.max_staleness=1", "learner.lr=1e-3"), sync_every=2)
+    steps = out["steps"]
+    assert [s["version"] for s in steps] == [0, 2, 2, 4, 4, 6]
+    assert [s["sample_versions"] for s in steps] == [[0], [0], [2], [2], [4], [4]], steps
+    assert out["logprob_gap_after_sync"] <= 1e-5, out
+
+
+def test_the_same_loop_at_staleness_0_raises_naming_the_fix(ray_cluster, make_cfg):
+    """At η = 0 the second batch needs a sync first: get_batch raises NoProgress instead of waiting forever."""
+    import threading
+
+    from rayrl.progress import NoProgress
+
+    recipe, raised = _load_recipe(), []
+
+    def run() -> None:
+        try:
+            recipe.main(make_cfg("learner.total_steps=6", "rollout.max_staleness=0"), sync_every=2)
+        except Exception as err:  # noqa: BLE001 - the test looks at what came out
+            raised.append(err)
+
+    loop = threading.Thread(target=run, daemon=True)
+    loop.start()
+    loop.join(timeout=300)  # the actors' start, one step, then the watch's rollout.stall_s (30 s)
+    assert not loop.is_alive(), "the loop still waits for its second batch"
+    (err,) = raised
+    assert isinstance(err, NoProgress), repr(err)
+    message = str(err.cause)
+    assert "admission is closed at version 0" in message and "rollout.max_staleness >= K - 1" in message, message
+    waited = float(message.split("unchanged for ")[1].split("s,")[0])
+    assert 30 <= waited < 60, message

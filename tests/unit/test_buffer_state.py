@@ -2,6 +2,7 @@
 groups regenerated, dynamic sampling's drops, and a ledger that balances through all of it."""
 
 from rayrl.buffer import BufferState, Ledger
+from rayrl.progress import ProgressLimits
 from rayrl.types import GroupMeta, Task
 
 
@@ -53,3 +54,60 @@ def test_dynamic_sampling_drops_rejections_and_failures_keep_the_ledger_balanced
     assert s.ledger.balanced(waiting=1) and not s.ledger.balanced(waiting=0)
     assert s.take_dropped() == ([a.id, b.id], 2.0, 2) and s.take_dropped() == ([], 0.0, 0)
     assert [t.id for t in s.prompts] == [c.id] and s.staleness.capacity() == 3
+
+
+def _limits(batch_size: int, idle: int = 2, stall_s: float = 30.0) -> ProgressLimits:
+    return ProgressLimits(batch_size, idle, stall_s, "the judge (reward.model.kind=judge)", "my:Workflow")
+
+
+def test_groups_that_are_never_trainable_stop_the_wait_after_the_bound_naming_the_judge():
+    s = BufferState(batch_size=2, max_staleness=0, drop_equal_rewards=True, limits=_limits(2))
+    s.feed(tasks(12))
+    first = s.lease(0, 2)
+    s.fail(0, first[0].id, "2 samples without a reward model score; first: unparsable: 'x' does not parse")
+    finish(s, 0, first[1])  # a trainable group: the count starts again
+    assert s.no_progress(2, now=0.0) is None
+    for _ in range(3):  # each failed group's prompt goes back in front and is generated again
+        (t,) = s.lease(0, 1)
+        s.fail(0, t.id, f"2 samples without a reward model score; first: unparsable: try {_}")
+    assert s.no_progress(2, now=0.0) is None  # 3 of the 2 x 2 = 4 allowed
+    (t,) = s.lease(0, 1)
+    s.drop_equal(0, t.id, [0.0, 0.0])
+    why = s.no_progress(2, now=0.0)
+    assert why.startswith("no trainable group among the last 4 finished groups") and "rollout.max_idle_batches=2" in why
+    assert "3 had samples that the judge (reward.model.kind=judge) left unscored" in why, why  # the commonest cause
+    assert "first: 2 samples without a reward model score; first: unparsable: try 0" in why, why
+
+
+def test_equal_rewards_under_dynamic_sampling_name_the_key():
+    s = BufferState(batch_size=1, max_staleness=3, drop_equal_rewards=True, limits=_limits(1))
+    s.feed(tasks(2))
+    for t in s.lease(0, 2):
+        s.drop_equal(0, t.id, [0.0, 0.0, 0.0])
+    why = s.no_progress(1, now=0.0)
+    assert "every sample of the group had the same reward (all 0)" in why and "algorithm.dynamic_sampling=false" in why
+
+
+def test_closed_admission_with_nothing_running_stops_the_wait_after_stall_s_and_only_then():
+    s = BufferState(batch_size=2, max_staleness=0, limits=_limits(2, stall_s=30.0))
+    s.feed(tasks(8))
+    for t in s.lease(0, 2):
+        finish(s, 0, t)
+    s.take_batch(2)  # step 1's batch; no sync yet: version 0 admits (0 + 0 + 1) x 2 = 2 groups, both taken
+    assert s.lease(0, 2) == [] and s.no_progress(2, now=100.0) is None  # the stall starts now
+    assert s.no_progress(2, now=129.0) is None
+    why = s.no_progress(2, now=130.0)
+    assert "admission is closed at version 0" in why and "rollout.max_staleness >= K - 1" in why, why
+    s.staleness.set_version(2)  # a sync: admission opens, nothing is stalled any more
+    assert s.no_progress(2, now=131.0) is None and len(s.lease(0, 4)) == 4
+
+
+def test_a_stall_that_ended_with_a_batch_does_not_count_against_the_next_wait():
+    s = BufferState(batch_size=1, max_staleness=0, limits=_limits(1, stall_s=10.0))
+    assert s.no_progress(1, now=0.0) is None  # no prompts, nothing running: a stall starts
+    s.feed(tasks(1))
+    finish(s, 0, s.lease(0, 1)[0])
+    s.take_batch(1)
+    s.staleness.set_version(1)
+    assert s.no_progress(1, now=50.0) is None  # a new stall, not one 50 s old
+    assert "no prompts are queued" in s.no_progress(1, now=60.0)
