@@ -20,8 +20,8 @@ class CriticWorker:
             init_process_group(cfg, rank, world_size, master)
         self.critic, self.pad_id = components.critic(cfg, model_path, num_threads), pad_id
 
-    def values(self, refs: list[list[ray.ObjectRef]]) -> dict[str, list[list[float]]]:
-        """The values of this rank's groups' completion tokens, per task id."""
+    def values(self, refs: list[list[ray.ObjectRef]]) -> dict[str, list]:
+        """The values of this rank's groups' completion tokens, per task id (a 1-D tensor per sample)."""
         groups, batch = fetch_batch(refs, self.pad_id)
         return completion_values(batch, self.critic.values(batch), groups)
 
@@ -46,13 +46,16 @@ class CriticGroup(RankGroup):
     def __init__(self, cfg: Config, model_path: str, pad_id: int, placement, namespace: str | None = None) -> None:
         super().__init__(CriticWorker, "critic", cfg.learner.num_workers, placement, namespace, cfg, model_path, pad_id)
 
-    def values(self, refs: list[list[ray.ObjectRef]]) -> dict[str, list[list[float]]]:
+    def values(self, refs: list[list[ray.ObjectRef]]) -> list[ray.ObjectRef]:
+        """Each rank's values of its shard (refs[r::n], as the learner ranks shard), by object ref: they go to
+        the learner rank of the same shard without passing through the driver (a failed rank fails that call)."""
         n = len(self.workers)
-        parts = self._all([w.values.remote(refs[r::n]) for r, w in enumerate(self.workers)], "critic values")
-        return {k: v for part in parts for k, v in part.items()}
+        return [w.values.remote(refs[r::n]) for r, w in enumerate(self.workers)]
 
-    def train(self, refs: list[list[ray.ObjectRef]], returns: dict, values: dict) -> dict[str, float]:
-        """One step on every rank; the losses are global already, so rank 0's stats stand for the group."""
+    def train(self, refs: list[list[ray.ObjectRef]], returns: list[ray.ObjectRef], values: list[ray.ObjectRef]
+              ) -> dict[str, float]:
+        """One step on every rank, each with its shard's returns and values (refs, one per rank); the losses are
+        global already, so rank 0's stats stand for the group."""
         n = len(self.workers)
-        return self._all([w.train.remote(refs[r::n], returns, values) for r, w in enumerate(self.workers)],
+        return self._all([w.train.remote(refs[r::n], returns[r], values[r]) for r, w in enumerate(self.workers)],
                          "critic train")[0]

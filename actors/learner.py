@@ -55,10 +55,12 @@ class LearnerWorker:
         self.transport, self.plan = None, None
         self.last_send: dict[str, float] = {}  # rank 0: the last weight send's time, and its parts
 
+    @ray.method(num_returns=2)
     def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None,
-              threads: int | None = None) -> TrainResult:
-        """One training step on this rank's groups. values (ppo): the critic's, per task id; the returns the critic
-        should learn come back the same way. threads: torch threads for this step (CPU), if the driver says."""
+              threads: int | None = None) -> tuple[dict, dict | None]:
+        """One training step on this rank's groups: its stats and (ppo) the returns the critic should learn, per task
+        id like values, the critic's (two results: the returns stay in the object store for the critic's rank).
+        threads: torch threads for this step (CPU), if the driver says."""
         if threads is not None:
             torch.set_num_threads(threads)
         groups, batch = fetch_batch(refs, self.pad_id)
@@ -68,7 +70,7 @@ class LearnerWorker:
         stats["version"] = self.learner.version
         stats["mem_train_gb"] = peak.peak_gb()  # the device's peak while this rank trained (0 on CPU)
         returns = self.learner.last_returns
-        return TrainResult(stats, None if returns is None else completion_values(batch, returns, groups))
+        return stats, None if returns is None else completion_values(batch, returns, groups)
 
     def version(self) -> int:
         """The optimizer steps taken (a resumed run's included): the version its weights are published as."""
@@ -147,15 +149,18 @@ class LearnerGroup(RankGroup):
     def __init__(self, cfg: Config, model_path: str, placement, namespace: str | None = None) -> None:
         super().__init__(LearnerWorker, "learner", cfg.learner.num_workers, placement, namespace, cfg, model_path)
 
-    def train(self, refs: list[list[ray.ObjectRef]], values: dict | None = None,
+    def train(self, refs: list[list[ray.ObjectRef]], values: list[ray.ObjectRef] | None = None,
               threads: int | None = None) -> TrainResult:
-        """Shard the groups (list-wrapped refs) across ranks, train on all, merge their stats; given the critic's
-        values (ppo), also the returns the critic learns next, per task id. threads: each rank's torch threads."""
+        """Shard the groups (list-wrapped refs) across ranks, train on all, merge their stats. values (ppo): the
+        critic's, one object ref per rank (CriticGroup.values, sharded alike); each rank receives only its own, and
+        the returns come back the same way, one ref per rank. threads: each rank's torch threads."""
         n = len(self.workers)
-        per_rank = self._all([w.train.remote(refs[r::n], values, threads) for r, w in enumerate(self.workers)],
-                             "learner train")
-        returns = {k: v for r in per_rank if r.returns for k, v in r.returns.items()}
-        return TrainResult(merge_rank_stats([r.stats for r in per_rank]), returns or None)
+        if values is not None and len(values) != n:
+            raise ValueError(f"values: one object ref per learner rank ({n}), got {len(values)}")
+        calls = [w.train.remote(refs[r::n], None if values is None else values[r], threads)
+                 for r, w in enumerate(self.workers)]
+        per_rank = self._all([stats for stats, _ in calls], "learner train")
+        return TrainResult(merge_rank_stats(per_rank), None if values is None else [ret for _, ret in calls])
 
     def completion_logprobs(self, groups: list[TrajectoryGroup]) -> list[list[float]]:
         """Rank 0's answer; every rank computes (sharded forward passes are collective)."""

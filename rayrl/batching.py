@@ -37,23 +37,23 @@ def collate(groups: list[TrajectoryGroup], pad_id: int) -> Batch:
     return Batch(ids, seq.long(), loss_mask, behav, versions, rewards, group_index, truncated)
 
 
-def completion_values(batch: Batch, values: torch.Tensor, groups: list[TrajectoryGroup]) -> dict[str, list[list[float]]]:
-    """A [B, T] tensor as, per task id, each sample's values on its completion tokens (what crosses
-    from one learner group to another: the two may shard the groups differently)."""
+def completion_values(batch: Batch, values: torch.Tensor, groups: list[TrajectoryGroup]) -> dict[str, list[torch.Tensor]]:
+    """A [B, T] tensor as, per task id, each sample's values on its completion tokens (a 1-D tensor each): what
+    crosses from one learner group to another by object ref, keyed so that neither depends on the other's padding."""
     out, b = {}, 0
     for g in groups:
-        out[g.task.id] = [values[b + i][batch.loss_mask[b + i] > 0].tolist() for i in range(len(g.samples))]
+        out[g.task.id] = [values[b + i][batch.loss_mask[b + i] > 0].detach().float().cpu() for i in range(len(g.samples))]
         b += len(g.samples)
     return out
 
 
-def place_completion_values(batch: Batch, groups: list[TrajectoryGroup], by_task: dict[str, list[list[float]]]
+def place_completion_values(batch: Batch, groups: list[TrajectoryGroup], by_task: dict[str, list[torch.Tensor]]
                             ) -> torch.Tensor:
     """The reverse of completion_values: [B, T], 0 off the completion tokens."""
     out, b = torch.zeros_like(batch.loss_mask), 0
     for g in groups:
         for i, vals in enumerate(by_task[g.task.id]):
-            out[b + i][batch.loss_mask[b + i] > 0] = torch.tensor(vals, dtype=out.dtype)
+            out[b + i][batch.loss_mask[b + i] > 0] = torch.as_tensor(vals, dtype=out.dtype)
         b += len(g.samples)
     return out
 

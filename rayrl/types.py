@@ -103,10 +103,11 @@ class Batch(msgspec.Struct):
 
 class TrainResult(msgspec.Struct):
     """One training step on the learner group: its stats merged over ranks and, for algorithm.type=ppo, the
-    returns the critic learns next, per task id (one list of per-token values per sample)."""
+    returns the critic learns next: one object ref per rank, each that rank's shard's returns per task id (a
+    1-D tensor of per-token values per sample), for CriticGroup.train."""
 
     stats: dict
-    returns: dict[str, list[list[float]]] | None = None
+    returns: list | None = None
 
 
 class WeightVersion(msgspec.Struct, frozen=True):

@@ -22,6 +22,7 @@ from rayrl.config import Config
 from rayrl.data import PromptTemplate
 from rayrl.demo import ModelPaths
 from rayrl.driver.ray_cluster import start_ray
+from rayrl.driver.worker_table import RolloutTable
 from rayrl.faults import RolloutFailed, wait_all
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.placement import PlacementPlan
@@ -42,8 +43,8 @@ class ActorSystem:
         self.placement = PlacementPlan(cfg, name=self.namespace)
         self.started_ray = start_ray(cfg.scheduler, self.placement.total_cpus)
         self.buffer = self.gateway = self.learners = self.broadcaster = self.critics = self.reward_model_path = None
-        self.rewards, self.reward_models, self.rollouts, self.rollout_names, self.gateway_url = [], [], [], [], ""
-        self.starting_rollouts = []  # rollout.fleet=elastic: workers started on a new node, not in the fleet yet
+        self.rewards, self.reward_models, self.gateway_url = [], [], ""
+        self.rollout_table = RolloutTable([])  # the rollout workers; the RolloutFleet changes it from here on
         try:
             self.model_path, self.reward_model_path = models.policy, models.reward_model
             self.placement.create()
@@ -58,8 +59,7 @@ class ActorSystem:
     def _workers(self, version: int) -> None:
         """Rollout workers, learner ranks, the broadcaster that joins them, and the critic (ppo)."""
         cfg = self.cfg
-        self.rollouts = [self.rollout_worker(i) for i in range(cfg.rollout.num_workers)]
-        self.rollout_names = [f"rollout-{i}" for i in range(len(self.rollouts))]
+        self.rollout_table = RolloutTable([self.rollout_worker(i) for i in range(cfg.rollout.num_workers)])
         if self.gateway:
             ray.get(self.gateway.set_workers.remote(self.rollouts))
         if cfg.placement.mode != "split" and cfg.on_gpu:  # vLLM sizes its memory pools before the learner allocates
@@ -97,6 +97,15 @@ class ActorSystem:
             if wants else None
         self.gateway_url = ray.get(self.gateway.start.remote()) if self.gateway else ""
 
+    @property
+    def rollouts(self) -> list:
+        """The rollout workers' handles now (a copy: the fleet's table changes as workers come and go)."""
+        return self.rollout_table.handles
+
+    @property
+    def rollout_names(self) -> list[str]:
+        return self.rollout_table.names
+
     def _peer_names(self) -> tuple:
         """The buffer, reward actors and gateway by name: a restartable worker's constructor takes no handle."""
         return ("buffer", [f"reward-{i}" for i in range(len(self.rewards))], "gateway" if self.gateway else None)
@@ -116,7 +125,6 @@ class ActorSystem:
                                        **self.placement.elastic_rollout_options(node_id)).remote(
             index, self.cfg, self.model_path, self.buffer, self.rewards,
             self.placement.threads("rollout"), self.gateway, self.gateway_url, [os.getcwd()])
-        self.starting_rollouts.append(worker)  # stopped by close() until the fleet takes it
         return worker
 
     def _options(self, name: str, role: str, index: int = 0) -> dict:
@@ -127,12 +135,12 @@ class ActorSystem:
         """Every actor handle created so far (the learner and critic ranks included)."""
         groups = [g.workers for g in (self.learners, self.critics) if g is not None]
         singles = [a for a in (self.buffer, self.gateway, self.broadcaster) if a is not None]
-        return [*singles, *self.reward_models, *self.rewards, *self.rollouts, *self.starting_rollouts,
+        return [*singles, *self.reward_models, *self.rewards, *self.rollout_table.every_handle(),
                 *(w for g in groups for w in g)]
 
     def close(self) -> None:
         """Stop vLLM's engine processes first, then every actor, the placement group, and Ray if we started it."""
-        engines = [*self.rollouts, *self.starting_rollouts]
+        engines = self.rollout_table.every_handle()
         if engines:
             ray.wait([w.shutdown.remote() for w in engines], num_returns=len(engines), timeout=20)
         for a in self.actors:

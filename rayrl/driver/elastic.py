@@ -22,8 +22,9 @@ IDLE_BUSY_BAR = 0.8  # η > 0: a worker leaves as idle if the others would stay 
 class ElasticScaler:
     def __init__(self, system, fleet) -> None:
         self.system, self.fleet, self.cfg = system, fleet, system.cfg.rollout
-        self.where = dict(zip(fleet.indices, system.placement.nodes()["rollout"]))  # worker index -> node id
-        self.next_index = len(fleet.indices)
+        self.table = fleet.table
+        self.where = dict(zip(self._indices(), system.placement.nodes()["rollout"]))  # worker index -> node id
+        self.next_index = len(self.where)
         self.last_look = 0.0
         self.joins: list[dict] = []
         self.leaves: list[dict] = []
@@ -46,13 +47,16 @@ class ElasticScaler:
         self._start(draining)
         self._first_groups()
 
+    def _indices(self) -> list[int]:
+        return [s.index for s in self.table.slots]
+
     def _busy(self) -> dict[int, float]:
         """Each worker's seconds with calls in its engine so far ({} if one does not answer)."""
         try:
-            stats = ray.get([w.stats.remote() for w in self.fleet.workers], timeout=10)
+            stats = ray.get([s.handle.stats.remote() for s in self.table.slots], timeout=10)
         except ray.exceptions.RayError:
             return {}
-        return {i: s["busy_s"] for i, s in zip(self.fleet.indices, stats)}
+        return {i: s["busy_s"] for i, s in zip(self._indices(), stats)}
 
     def _leave_idle(self) -> None:
         """At the end of each rollout.idle_leave_s window, η > 0: workers idle because the staleness bound holds them
@@ -62,14 +66,15 @@ class ElasticScaler:
         (t0, before), now = self.window, time.monotonic()
         if not self.cfg.idle_leave_s or now - t0 < self.cfg.idle_leave_s:
             return
-        busy, n = self._busy(), len(self.fleet.indices)
+        busy, n = self._busy(), len(self.table.slots)
         self.window = (now, busy)
-        if not set(busy) == set(before) == set(self.fleet.indices):  # a worker came, went or did not answer
+        if not set(busy) == set(before) == set(self._indices()):  # a worker came, went or did not answer
             return
         share = sum(max(0.0, busy[i] - before[i]) for i in busy) / ((now - t0) * n)
         self.hold = self.hold and share <= IDLE_BUSY_BAR
-        if self.cfg.max_staleness > 0 and self.fleet.elastic and n > 1 and share * n / (n - 1) <= IDLE_BUSY_BAR:
-            index, start = max(self.fleet.elastic), time.time()
+        joined = [s.index for s in self.table.slots if s.joined]
+        if self.cfg.max_staleness > 0 and joined and n > 1 and share * n / (n - 1) <= IDLE_BUSY_BAR:
+            index, start = max(joined), time.time()
             record = self.fleet.leave(index, start + self.cfg.idle_leave_s, why="idle")  # then its leftovers requeue
             record.update(node=self.where.pop(index), busy_share=share, left_s=time.time() - start)
             self.leaves.append(record)
@@ -78,13 +83,13 @@ class ElasticScaler:
 
     def _forget_lost(self) -> None:
         """Workers the fleet removed as lost (their node died): counted as leaves."""
-        for index in [i for i in self.where if i not in self.fleet.indices]:
+        for index in [i for i in self.where if i not in self._indices()]:
             node = self.where.pop(index)
             self.leaves.append({"worker": f"rollout-{index}", "node": node, "why": "lost", "at": time.time()})
             self.waiting_first.pop(index, None)
 
     def _leave_drained(self, draining: dict[str, float]) -> None:
-        for index in [i for i in self.fleet.elastic if self.where.get(i) in draining]:
+        for index in [s.index for s in self.table.slots if s.joined and self.where.get(s.index) in draining]:
             deadline = draining[self.where[index]] or time.time() + self.cfg.request_timeout_s
             t0 = time.time()
             record = self.fleet.leave(index, deadline - LEAVE_MARGIN_S)
@@ -96,7 +101,7 @@ class ElasticScaler:
     def _start(self, draining: dict[str, float]) -> None:
         """A worker on each node with room (up to rollout.max_workers, counting those still starting); none while
         generation stays ahead after a worker left as idle."""
-        room = self.cfg.max_workers - len(self.fleet.indices) - len(self.starting)
+        room = self.cfg.max_workers - len(self.table.slots) - len(self.starting)
         if room <= 0 or self.hold:
             return
         p = self.system.placement
@@ -107,6 +112,7 @@ class ElasticScaler:
             index = self.next_index
             self.next_index += 1
             worker = self.system.elastic_rollout_worker(index, node)
+            self.table.start(index, worker)  # close() stops it until it joins
             self.starting[index] = (worker, node, time.time(), worker.health.remote())
 
     def _admit_started(self, draining: dict[str, float]) -> None:
@@ -118,14 +124,13 @@ class ElasticScaler:
             if not (done or late or node in draining):
                 continue
             del self.starting[index]
-            self.system.starting_rollouts.remove(worker)
             failure = _start_failure(ready) if done else "it did not answer within rollout.restart_timeout_s"
             failure = "its node is being drained" if node in draining else failure
             if failure:
-                ray.kill(worker)
+                ray.kill(self.table.turn_away(index))
                 log.warning("rollout-%d on node %s was not admitted (%s)", index, node[:12], failure)
                 continue
-            self.fleet.join(index, worker)
+            self.fleet.join(index)
             self.where[index] = node
             record = {"worker": f"rollout-{index}", "node": node, "at": t0, "ready_s": time.time() - t0,
                       "first_group_s": None}
@@ -136,15 +141,15 @@ class ElasticScaler:
         """A joined worker's time from its creation (its node just found) to its first scored group."""
         for index, record in list(self.waiting_first.items()):
             try:
-                groups = ray.get(self.fleet.workers[self.fleet.indices.index(index)].stats.remote(), timeout=10)
-            except (ValueError, ray.exceptions.RayError):  # gone: the fleet's healing or a leave accounts for it
+                groups = ray.get(self.table.slot(index).handle.stats.remote(), timeout=10)
+            except (StopIteration, ray.exceptions.RayError):  # gone: the fleet's healing or a leave accounts for it
                 continue
             if groups["groups"] > 0:
                 record["first_group_s"] = time.time() - record["at"]
                 del self.waiting_first[index]
 
     def summary(self) -> dict:
-        return {"size": len(self.fleet.indices), "joins": self.joins, "leaves": self.leaves}
+        return {"size": len(self.table.slots), "joins": self.joins, "leaves": self.leaves}
 
 
 def _start_failure(ready) -> str | None:

@@ -12,6 +12,7 @@ import time
 import ray
 
 from rayrl.config import EvalConfig, RolloutConfig
+from rayrl.driver.worker_table import RolloutSlot, RolloutTable
 from rayrl.faults import LearnerFailed, RolloutFailed, RunStopped, wait_all
 from rayrl.rewards.combine import measured_reward
 from rayrl.types import Task, WeightVersion
@@ -21,34 +22,42 @@ log = logging.getLogger("rayrl")
 
 class RolloutFleet:
     def __init__(self, system, rollout: RolloutConfig, sync_timeout_s: float) -> None:
-        self.workers, self.names = system.rollouts, system.rollout_names  # the system's lists, kept current
+        self.table: RolloutTable = system.rollout_table  # changed here only, through its methods
         self.buffer, self.broadcaster, self.gateway = system.buffer, system.broadcaster, system.gateway
         self.learners = system.learners
         self.cfg, self.sync_timeout_s = rollout, sync_timeout_s
-        self.loops: tuple = ()  # each worker's run() ref; replaced, never changed in place
-        self.indices = list(range(len(self.workers)))  # each position's worker index (its buffer id and name)
-        self.restarts = [0] * len(self.workers)
         self.recoveries: list[dict] = []  # when each death was seen and how long bringing it back took
-        self.elastic: set[int] = set()  # indices of workers that joined the running job (never restarted in place)
         self.retired: list[dict] = []  # the loop totals of workers that left
 
+    @property
+    def workers(self) -> list:
+        return self.table.handles
+
+    @property
+    def loops(self) -> tuple:
+        return tuple(s.loop for s in self.table.slots)
+
+    @property
+    def restarts(self) -> list[int]:
+        return [s.restarts for s in self.table.slots]
+
     def start(self) -> None:
-        self.loops = tuple(w.run.remote() for w in self.workers)
+        for slot in self.table.slots:
+            slot.loop = slot.handle.run.remote()
 
     # ---- faults ---------------------------------------------------------------------------------
-    def dead(self) -> list[int]:
-        """Positions of workers whose loop ended by the actor's death; a loop that raised or returned early is an
-        error."""
-        done, _ = ray.wait(list(self.loops), num_returns=len(self.loops), timeout=0)
+    def dead(self) -> list[RolloutSlot]:
+        """Workers whose loop ended by the actor's death; a loop that raised or returned early is an error."""
+        slots = self.table.slots
+        done, _ = ray.wait([s.loop for s in slots], num_returns=len(slots), timeout=0)
         out = []
-        for ref in done:
-            i = self.loops.index(ref)
+        for slot in (s for s in slots if s.loop in done):
             try:
-                ray.get(ref)
+                ray.get(slot.loop)
             except ray.exceptions.RayActorError:
-                out.append(i)
+                out.append(slot)
                 continue
-            raise RolloutFailed(f"{self.names[i]}'s loop ended while training was still running", self.names[i])
+            raise RolloutFailed(f"{slot.name}'s loop ended while training was still running", slot.name)
         return out
 
     def heal(self) -> bool:
@@ -57,92 +66,79 @@ class RolloutFleet:
         dead = self.dead()
         if not dead:
             return False
-        lost = [self.indices[i] for i in dead if self.indices[i] in self.elastic]
-        for index in lost:
-            self.remove(index, "lost")
-        dead = [i for i in self.dead() if self.indices[i] not in self.elastic]
+        for slot in [s for s in dead if s.joined]:
+            self.remove(slot.index, "lost")
+        dead = [s for s in self.dead() if not s.joined]
         if not dead:
             return True
         seen_at, t0 = time.time(), time.perf_counter()
-        for i in dead:
-            ray.get(self.buffer.requeue.remote(self.indices[i]))  # counted in the buffer's ledger
+        for slot in dead:
+            ray.get(self.buffer.requeue.remote(slot.index))  # counted in the buffer's ledger
         deadline = time.monotonic() + self.cfg.restart_timeout_s
-        for i in dead:
-            self._await_restart(i, deadline)
+        for slot in dead:
+            self._await_restart(slot, deadline)
         self._regroup()
-        loops = list(self.loops)
-        for i in dead:
-            self.restarts[i] += 1
-            ray.get(self.workers[i].mark_restart.remote(self.restarts[i]))
-            loops[i] = self.workers[i].run.remote()
-            self.recoveries.append({"worker": self.names[i], "seen_at": seen_at, "heal_s": time.perf_counter() - t0})
+        for slot in dead:
+            slot.restarts += 1
+            ray.get(slot.handle.mark_restart.remote(slot.restarts))
+            slot.loop = slot.handle.run.remote()
+            self.recoveries.append({"worker": slot.name, "seen_at": seen_at, "heal_s": time.perf_counter() - t0})
             log.info("%s restarted (restart %d); rejoined at the current weights, its prompts requeued",
-                     self.names[i], self.restarts[i])
-        self.loops = tuple(loops)
+                     slot.name, slot.restarts)
         return True
 
     # ---- joining and leaving (rollout.fleet=elastic) --------------------------------------------------
-    def join(self, index: int, worker) -> None:
+    def join(self, index: int) -> None:
         """A worker started on a node that appeared: into the sync group at the current weights, then its loop."""
-        self.workers.append(worker)
-        self.names.append(f"rollout-{index}")
-        self.indices.append(index)
-        self.restarts.append(0)
-        self.elastic.add(index)
+        slot = self.table.join(index)
         self._regroup()
-        self.loops = (*self.loops, worker.run.remote())
-        log.info("rollout-%d joined (%d workers); it holds the current weights", index, len(self.workers))
+        slot.loop = slot.handle.run.remote()
+        log.info("%s joined (%d workers); it holds the current weights", slot.name, len(self.table.slots))
 
     def leave(self, index: int, deadline: float, why: str = "drained") -> dict:
         """A drained node's (or an idle) worker: it takes no more prompts and finishes what it holds until `deadline`
         (epoch seconds), then whatever it still holds goes back to the queue and it leaves the sync group."""
-        i = self.indices.index(index)
-        worker, loop = self.workers[i], self.loops[i]
-        ray.get([worker.stop.remote(), self.buffer.retire.remote(index)])
-        done, _ = ray.wait([loop], timeout=max(0.0, deadline - time.time()))
+        slot = self.table.slot(index)
+        ray.get([slot.handle.stop.remote(), self.buffer.retire.remote(index)])
+        done, _ = ray.wait([slot.loop], timeout=max(0.0, deadline - time.time()))
         if done:
             try:
-                self.retired.append(ray.get(loop))
+                self.retired.append(ray.get(slot.loop))
             except ray.exceptions.RayActorError:
                 done = []
         return {**self.remove(index, why), "finished_in_time": bool(done)}
 
     def remove(self, index: int, why: str) -> dict:
         """Out of the fleet: the engine stopped, the actor gone, its leases requeued, the others regrouped."""
-        i = self.indices.index(index)
-        worker = self.workers[i]
-        ray.wait([worker.shutdown.remote()], timeout=10)
-        ray.kill(worker)
+        slot = self.table.remove(index)
+        ray.wait([slot.handle.shutdown.remote()], timeout=10)
+        ray.kill(slot.handle)
         requeued = ray.get(self.buffer.requeue.remote(index))
-        for seq in (self.workers, self.names, self.indices, self.restarts):
-            del seq[i]
-        self.loops = self.loops[:i] + self.loops[i + 1:]
-        self.elastic.discard(index)
         self._regroup()
-        log.info("rollout-%d left (%s; %d prompts requeued); %d workers", index, why, requeued, len(self.workers))
-        return {"worker": f"rollout-{index}", "why": why, "requeued": requeued, "at": time.time()}
+        log.info("%s left (%s; %d prompts requeued); %d workers", slot.name, why, requeued, len(self.table.slots))
+        return {"worker": slot.name, "why": why, "requeued": requeued, "at": time.time()}
 
     def _regroup(self) -> None:
         """The sync group formed anew with the current workers, every one loaded with the current weights."""
-        ray.get(self.broadcaster.set_rollouts.remote(self.workers, self.names))
+        ray.get(self.broadcaster.set_rollouts.remote(self.table.handles, self.table.names))
         ray.get(self.broadcaster.rejoin.remote())
         if self.gateway is not None:
             ray.get(self.gateway.set_workers.remote(self.workers))
 
-    def _await_restart(self, i: int, deadline: float) -> None:
+    def _await_restart(self, slot: RolloutSlot, deadline: float) -> None:
         """Calls to a restarting actor fail at once (ActorUnavailableError): ask again until it answers."""
-        late = RolloutFailed(f"{self.names[i]} did not come back within rollout.restart_timeout_s="
-                             f"{self.cfg.restart_timeout_s:.0f}s", self.names[i])
+        late = RolloutFailed(f"{slot.name} did not come back within rollout.restart_timeout_s="
+                             f"{self.cfg.restart_timeout_s:.0f}s", slot.name)
         while True:
             try:
-                ray.get(self.workers[i].health.remote(), timeout=max(0.1, deadline - time.monotonic()))
+                ray.get(slot.handle.health.remote(), timeout=max(0.1, deadline - time.monotonic()))
                 return
             except ray.exceptions.ActorUnavailableError:
                 if time.monotonic() > deadline:
                     raise late from None
                 time.sleep(0.5)
             except ray.exceptions.ActorDiedError as err:
-                raise RunStopped(f"{self.names[i]} died and cannot be restarted (rollout.max_restarts spent, or its "
+                raise RunStopped(f"{slot.name} died and cannot be restarted (rollout.max_restarts spent, or its "
                                  f"restart failed): {str(err).strip().splitlines()[-1][:300]}") from None
             except ray.exceptions.GetTimeoutError:
                 raise late from None
@@ -180,7 +176,7 @@ class RolloutFleet:
     def sleep(self) -> dict:
         """Colocated: every engine gives the device to the learner (running requests finish first)."""
         drain_s = self.cfg.request_timeout_s + self.sync_timeout_s
-        return wait_all([w.sleep.remote() for w in self.workers], self.names, "putting the rollout engines to sleep",
+        return wait_all([w.sleep.remote() for w in self.workers], self.table.names, "putting the rollout engines to sleep",
                         drain_s, RolloutFailed)[0]
 
     def sync_report(self) -> dict:

@@ -5,6 +5,7 @@ and a saved critic resumes to the same values."""
 from __future__ import annotations
 
 import ray
+import torch
 
 from rayrl.actors import CriticGroup, LearnerGroup
 from rayrl.demo import prepare_models
@@ -22,13 +23,17 @@ def test_critic_fits_returns_and_resumes(ray_cluster, make_cfg, random_groups, t
     try:
         losses = []
         for _ in range(6):
-            values = critic.values(items)
+            values = critic.values(items)  # one ref per rank: rank r's shard, items[r::2]
             returns = learners.train(items, values).returns
-            assert set(returns) == set(values) and all(len(r) == 4 for r in returns.values())
+            for r, (ret, val) in enumerate(zip(ray.get(returns), ray.get(values))):  # each rank got its own shard
+                shard = [ray.get(i[0]) for i in items[r::2]]
+                assert set(ret) == set(val) == {g.task.id for g in shard}
+                assert all(isinstance(t, torch.Tensor) and len(t) == len(s.completion_ids)
+                           for g in shard for t, s in zip(ret[g.task.id], g.samples))
             losses.append(critic.train(items, returns, values)["critic_loss"])
         assert losses[-1] < 0.5 * losses[0], losses
         critic.save(str(tmp_path / "critic"))
-        expected = critic.values(items)
+        expected = _flat(critic.values(items))
     finally:
         learners.kill()
         critic.kill()
@@ -38,7 +43,12 @@ def test_critic_fits_returns_and_resumes(ray_cluster, make_cfg, random_groups, t
     resumed = CriticGroup(cfg, model_path, 0, plan)
     try:
         resumed.load(str(tmp_path / "critic"))
-        assert resumed.values(items) == expected
+        assert torch.equal(_flat(resumed.values(items)), expected)
     finally:
         resumed.kill()
         plan.remove()
+
+
+def _flat(value_refs) -> torch.Tensor:
+    """Every rank's values, in rank, task and sample order, as one tensor."""
+    return torch.cat([t for part in ray.get(value_refs) for k in sorted(part) for t in part[k]])
