@@ -7,7 +7,8 @@ from importlib import import_module
 
 _MODULE_OF = {"WeightBroadcaster": "broadcast", "TrajectoryBuffer": "buffer", "CriticGroup": "critic",
               "CriticWorker": "critic", "Gateway": "gateway", "LearnerGroup": "learner", "LearnerWorker": "learner",
-              "RewardActor": "reward", "RewardModelActor": "reward_model", "RolloutWorker": "rollout"}
+              "RewardActor": "reward", "RewardModelActor": "reward_model", "RolloutWorker": "rollout",
+              "TeacherActor": "teacher"}
 __all__ = sorted(_MODULE_OF)
 
 

@@ -12,7 +12,7 @@ import ray
 from rayrl.actors.peers import peer
 from rayrl.config import Config
 from rayrl.metrics import RayMetrics
-from rayrl.rewards import combine
+from rayrl.rewards import combine, teacher_scores
 from rayrl.rewards.registry import load_reward_fn
 from rayrl.rewards.scoring import FAILURES, GroupScorer
 from rayrl.types import TrajectoryGroup
@@ -21,18 +21,20 @@ DESCRIPTIONS = {"ok": "samples scored", "error": "reward function raised", "time
                 "non_finite": "reward function returned NaN or inf",
                 "wrong_type": "reward function returned a non-number",
                 "unparsable": "reward model verdicts that did not parse", "model_timeout": "reward model timed out",
-                "model_error": "reward model failed"}
+                "model_error": "reward model failed", "teacher_timeout": "teacher timed out",
+                "teacher_error": "teacher failed or answered wrongly"}
 
 
 @ray.remote(num_cpus=0)
 class RewardActor:
     def __init__(self, cfg: Config, index: int = 0, search_path: list[str] | None = None,
-                 reward_model=None, namespace: str | None = None) -> None:
+                 reward_model=None, namespace: str | None = None, teacher=None) -> None:
         """search_path: where reward.fn's module may live besides sys.path (the driver's working directory).
-        reward_model: the RewardModelActor this actor asks (reward.model.kind other than none), by handle or by
-        name in `namespace`."""
+        reward_model / teacher: the RewardModelActor (reward.model.kind other than none) and TeacherActor
+        (teacher.enabled) this actor asks, by handle or by name in `namespace`."""
         r = cfg.reward
         self.section, self.reward_model = r.model, peer(reward_model, namespace)
+        self.teacher, self.teacher_timeout_s = peer(teacher, namespace), cfg.teacher.timeout_s
         self.scorer = GroupScorer(load_reward_fn(r.fn, search_path), r.timeout_s, r.max_threads, r.failure_window,
                                   undecided_ok=r.model.combine == "fallback")
         self.metrics = RayMetrics("reward", f"reward-{index}",
@@ -46,10 +48,13 @@ class RewardActor:
         """Several groups in one call (a rollout worker's groups that finished together); with a reward model,
         their samples in one request to it."""
         self.calls += 1
-        if self.reward_model is None:  # each group counted as soon as it is scored: the driver sees failures early
+        if self.reward_model is None and self.teacher is None:  # each group counted as soon as it is scored
             return [self._record(self.scorer.score(g, count=False)) for g in groups]
         groups = [self.scorer.score(g, count=False) for g in groups]
-        self._ask_model(groups)
+        if self.reward_model is not None:
+            self._ask_model(groups)
+        if self.teacher is not None:
+            self._ask_teacher(groups)
         return [self._record(g) for g in groups]
 
     def _record(self, group: TrajectoryGroup) -> TrajectoryGroup:
@@ -72,6 +77,18 @@ class RewardActor:
         except Exception as err:  # noqa: BLE001 - a dead actor or the engine's error: counted, never a crash
             scores = combine.failed("model_error", f"{type(err).__name__}: {str(err)[:200]}", len(requests))
         combine.apply(groups, scores, self.section)
+
+    def _ask_teacher(self, groups: list[TrajectoryGroup]) -> None:
+        """Every sample's teacher log-probs; a teacher that times out, dies or answers wrongly leaves them unscored."""
+        requests = teacher_scores.requests_for(groups)
+        try:
+            scores = ray.get(self.teacher.score.remote(requests), timeout=self.teacher_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            return teacher_scores.failed(groups, "teacher_timeout", f"no log-probs within teacher.timeout_s="
+                                         f"{self.teacher_timeout_s}s")
+        except Exception as err:  # noqa: BLE001 - a dead actor or the engine's error: counted, never a crash
+            return teacher_scores.failed(groups, "teacher_error", f"{type(err).__name__}: {str(err)[:200]}")
+        teacher_scores.apply(groups, scores)
 
     def stats(self) -> dict:
         """Counts by status, the recent window's failures, the first messages of each failure reason, calls."""

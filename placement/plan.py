@@ -7,8 +7,8 @@ colocate: rollout worker i and learner rank i share bundle i (each takes half of
 share:    the same bundles as colocate, but both run at once (asynchronous RL on one device); with
           placement.rollouts_per_gpu = k, rollout workers k*i .. k*i+k-1 share bundle i with learner rank i
           (the learner takes half of its GPU, each rollout worker 1/(2k)).
-The service bundle holds the reward actors, buffer and broadcaster; reward model actors (reward.model) get
-bundles of their own or grow the rollout workers' (reward.model.placement). With algorithm.type=ppo, critic rank
+The service bundle holds the reward actors, buffer and broadcaster; reward model actors (reward.model) and
+teachers (teacher) get bundles of their own or grow the rollout workers' (their placement key). With algorithm.type=ppo, critic rank
 i shares learner rank i's bundle: each takes half of the learner's share.
 A vLLM worker with TP > 1 holds no GPU itself: vLLM's Ray executor places its TP workers on the
 worker's bundles (VLLM_RAY_BUNDLE_INDICES), inside this placement group.
@@ -22,7 +22,7 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from rayrl.config import Config
+from rayrl.config import Config, ServedModelConfig
 
 
 def _bundle(cpus: float, gpus: float) -> dict[str, float]:
@@ -66,7 +66,9 @@ class PlacementPlan:
                 k["learner"] = k["critic"] = k["learner"] / 2
         self.bundles = [dict(b) for b in self.bundles]
         if cfg.reward.model.kind != "none":
-            self._reward_models(cfg, gpu)
+            self._served("reward_model", cfg.reward.model, gpu)
+        if cfg.teacher.enabled:
+            self._served("teacher", cfg.teacher, gpu)
         self.slots["service"] = [len(self.bundles)]
         self.bundles.append({"CPU": p.service_cpus})
         self.labels: list[dict[str, str]] = [{} for _ in self.bundles]
@@ -76,20 +78,19 @@ class PlacementPlan:
                     self.labels[b] = self.labels[b] | labels  # colocated bundles need both roles' labels
         self.group = None
 
-    def _reward_models(self, cfg: Config, gpu: float) -> None:
-        """reward.model.placement=own: a bundle per reward model actor; rollout: actor i inside rollout worker i's
-        bundle, which grows by its CPUs and hands it reward.model.gpu_fraction of the worker's GPU share."""
-        m = cfg.reward.model
+    def _served(self, role: str, m: ServedModelConfig, gpu: float) -> None:
+        """A served model's actors (reward.model, teacher). placement=own: a bundle per actor; rollout: actor i inside
+        rollout worker i's bundle, which grows by its CPUs and hands it gpu_fraction of the worker's GPU share."""
         gpus = m.gpu_fraction if gpu else 0.0
-        self.share["reward_model"], self.gpus["reward_model"] = m.cpus, gpus
+        self.share[role], self.gpus[role] = m.cpus, gpus
         if m.placement == "own":
             first = len(self.bundles)
             self.bundles += [_bundle(m.cpus, gpus) for _ in range(m.num_actors)]
-            self.slots["reward_model"] = list(range(first, first + m.num_actors))
+            self.slots[role] = list(range(first, first + m.num_actors))
             return
-        self.slots["reward_model"] = self.slots["rollout"][:m.num_actors]
+        self.slots[role] = self.slots["rollout"][:m.num_actors]
         self.gpus["rollout"] -= gpus
-        for b in self.slots["reward_model"]:
+        for b in self.slots[role]:
             self.bundles[b]["CPU"] += m.cpus
 
     @property

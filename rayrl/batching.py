@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import torch
 
+from rayrl.algorithms.distill import reverse_kl
 from rayrl.types import Batch, TrajectoryGroup
 
 
@@ -34,7 +35,12 @@ def collate(groups: list[TrajectoryGroup], pad_id: int) -> Batch:
     group_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.samples], dtype=torch.long)
     rewards = torch.tensor([s.reward for s in rows], dtype=torch.float32)
     truncated = torch.tensor([s.finish_reason == "length" for s in rows])
-    return Batch(ids, seq.long(), loss_mask, behav, versions, rewards, group_index, truncated)
+    teacher = None
+    if rows and all(s.teacher_logprobs is not None for s in rows):
+        teacher = torch.zeros(seq.shape)
+        teacher[completion] = _flat((s.teacher_logprobs for s in rows), np.float32)
+    return Batch(ids, seq.long(), loss_mask, behav, versions, rewards, group_index, truncated,
+                 teacher_logprobs=teacher)
 
 
 def completion_values(batch: Batch, values: torch.Tensor, groups: list[TrajectoryGroup]) -> dict[str, list[torch.Tensor]]:
@@ -67,7 +73,10 @@ def batch_stats(batch: Batch, learner_version: int) -> dict[str, float]:
     n_groups = int(batch.group_index.max()) + 1
     lo = torch.full((n_groups,), float("inf")).scatter_reduce(0, batch.group_index, batch.rewards, "amin")
     hi = torch.full((n_groups,), float("-inf")).scatter_reduce(0, batch.group_index, batch.rewards, "amax")
+    distill = {} if batch.teacher_logprobs is None else {  # the sampled estimate of KL(student || teacher)
+        "distill_reverse_kl": reverse_kl(batch.teacher_logprobs, batch.behav_logprobs, batch.loss_mask)}
     return {
+        **distill,
         "reward_mean": batch.rewards.mean().item(),
         "accuracy": (batch.rewards >= 1.0).float().mean().item(),
         "samples": int(batch.rewards.numel()),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from rayrl.config import Config
+from rayrl.config import Config, TeacherConfig
 from rayrl.engines.learner.base import LearnerSetup
-from rayrl.engines.registry import ROLLOUT_ENGINES, resolve
+from rayrl.engines.registry import ROLLOUT_ENGINES, resolve, teacher_engine
 from rayrl.engines.rollout.base import EngineSetup
 from rayrl.imports import load_object
 
@@ -29,7 +29,7 @@ def learner_setup(cfg: Config, num_threads: int = 1) -> LearnerSetup:
     return LearnerSetup(on_gpu=cfg.on_gpu, temperature=cfg.rollout.temperature,
                         max_new_tokens=cfg.rollout.max_new_tokens, bitwise=cfg.rollout.bitwise_on_policy,
                         kv_block_size=cfg.vllm.kv_block_size, num_threads=num_threads,
-                        lora=cfg.lora if cfg.lora.enabled else None)
+                        lora=cfg.lora if cfg.lora.enabled else None, distill=cfg.teacher.enabled)
 
 
 def learner(cfg: Config, model_path: str, num_threads: int = 1):
@@ -48,6 +48,11 @@ def workflow(cfg: Config, search_path: list[str] | None = None):
     """rollout.workflow's class, built with the agent section."""
     cls = load_object(cfg.rollout.workflow, "rollout.workflow", search_path or [os.getcwd()], "class")
     return cls(cfg.agent)
+
+
+def teacher(section: TeacherConfig, temperature: float, on_gpu: bool, num_threads: int = 1):
+    """teacher.engine's teacher of the student's tokens, from teacher.path (frozen, never in a weight sync)."""
+    return teacher_engine(section.engine)(section.path, temperature, on_gpu, num_threads)
 
 
 def reward_model(cfg: Config, model_path: str, num_threads: int = 1, search_path: list[str] | None = None):

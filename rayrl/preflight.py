@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rayrl.config import Config, ConfigError
 from rayrl.data import PromptTemplate, load_tasks
-from rayrl.engines.registry import transport_plan
+from rayrl.engines.registry import teacher_engine, transport_plan
 from rayrl.imports import load_object
 from rayrl.demo.policy import qwen2_config
 from rayrl.models.lora import check_targets
@@ -50,6 +50,30 @@ def check_workflow(cfg: Config) -> None:
                           "`async def arun_episode(self, engine, task)` (see rayrl.workflows.base.Workflow)")
     if fn is not None and not inspect.iscoroutinefunction(fn):
         raise ConfigError(f"agent.fn '{cfg.agent.fn}' must be an async function (client, task) -> reward or None")
+
+
+def check_teacher(cfg: Config) -> None:
+    """teacher.enabled: a model directory whose tokenizer is the policy's, token for token."""
+    t = cfg.teacher
+    if not t.enabled:
+        return
+    if not (Path(t.path).expanduser() / "config.json").is_file():
+        raise ConfigError(f"teacher.path '{t.path}' is not a Hugging Face model directory (no config.json)")
+    try:
+        teacher_engine(t.engine)
+    except (ValueError, ImportError, AttributeError) as err:
+        raise ConfigError(f"teacher.engine '{t.engine}': {err}") from None
+    from rayrl.demo.policy import demo_tokenizer
+    from rayrl.models.tokenizer import load_tokenizer
+
+    policy = cfg.model.path or f"the demo policy's ({cfg.data.task})"
+    student = load_tokenizer(cfg.model.path) if cfg.model.path else demo_tokenizer(cfg.data)
+    teacher = load_tokenizer(t.path)
+    if student.get_vocab() != teacher.get_vocab():
+        differ = sorted(set(student.get_vocab().items()) ^ set(teacher.get_vocab().items()))[:3]
+        raise ConfigError(f"teacher.path '{t.path}' has another tokenizer than model.path {policy}: "
+                          f"{len(teacher)} against {len(student)} tokens (first differences: {differ}); the teacher "
+                          "scores the student's token ids, so both need the same vocabulary")
 
 
 def check_paths(cfg: Config) -> None:
@@ -180,6 +204,7 @@ def preflight(cfg: Config) -> tuple[list[Task], list[Task]]:
     check_micro_batch(cfg, [*tasks[0], *tasks[1]])
     check_lora(cfg)
     check_reward_model(cfg)
+    check_teacher(cfg)
     check_transport(cfg)
     check_address(cfg)
     return tasks

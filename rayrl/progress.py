@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from rayrl.config import RewardConfig, RolloutConfig
+from rayrl.config import RewardConfig, RolloutConfig, TeacherConfig
 from rayrl.faults import RunStopped
 
 UNSCORED, EQUAL, REJECTED = "unscored", "equal_rewards", "rejected"
@@ -25,10 +25,12 @@ class ProgressLimits:
     stall_s: float  # seconds with nothing generating, nothing admissible and the batch short
     reward: str  # what scores the samples, as the messages name it
     workflow: str
+    teacher: str = "the teacher"
 
     @classmethod
-    def of(cls, rollout: RolloutConfig, reward: RewardConfig) -> ProgressLimits:
-        return cls(rollout.batch_size, rollout.max_idle_batches, rollout.stall_s, who_scores(reward), rollout.workflow)
+    def of(cls, rollout: RolloutConfig, reward: RewardConfig, teacher: TeacherConfig | None = None) -> ProgressLimits:
+        return cls(rollout.batch_size, rollout.max_idle_batches, rollout.stall_s, who_scores(reward), rollout.workflow,
+                   who_teaches(teacher or TeacherConfig()))
 
 
 def who_scores(reward: RewardConfig) -> str:
@@ -39,6 +41,10 @@ def who_scores(reward: RewardConfig) -> str:
     if m.kind != "none":
         return f"the reward model (reward.model.kind={m.kind}, reward.model.path={m.path})"
     return f"the reward function (reward.fn={reward.fn})"
+
+
+def who_teaches(teacher: TeacherConfig) -> str:
+    return f"the teacher (teacher.path={teacher.path}, teacher.timeout_s={teacher.timeout_s:g})"
 
 
 class ProgressWatch:
@@ -82,8 +88,9 @@ class ProgressWatch:
                 f"rollout.max_idle_batches={lim.max_idle_batches}; {dict(self.idle)}): ")
         detail = self.first[cause]
         if cause == UNSCORED:
-            return (head + f"{count} had samples that {lim.reward} left unscored, so no group was complete "
-                    f"(first: {detail}). Fix {lim.reward}; its failures by reason are in reward_failures.json")
+            who = lim.teacher if "without a teacher score" in detail else lim.reward
+            return (head + f"{count} had samples that {who} left unscored, so no group was complete "
+                    f"(first: {detail}). Fix {who}; its failures by reason are in reward_failures.json")
         if cause == EQUAL:
             return (head + f"in {count} every sample of the group had the same reward ({detail}), and dynamic "
                     f"sampling (algorithm.dynamic_sampling=true) dropped them: {lim.reward} gives the answers of a "

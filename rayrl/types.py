@@ -47,6 +47,7 @@ class Sample(msgspec.Struct):
     # appended (tool results, chat markup); None: every completion token is the policy's
     loss_mask: list[int] | None = None
     turns: int = 1  # assistant turns in the episode
+    teacher_logprobs: list[float] | None = None  # teacher.enabled: the teacher's log-prob of each completion token
 
 
 class ScoreRequest(msgspec.Struct, frozen=True):
@@ -55,6 +56,13 @@ class ScoreRequest(msgspec.Struct, frozen=True):
     prompt: str
     answer: str
     reference: str = ""
+
+
+class TokenScoreRequest(msgspec.Struct, frozen=True):
+    """What a teacher scores: the log-prob of each completion token after the prompt and the tokens before it."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
 
 
 class ModelScore(msgspec.Struct, frozen=True):
@@ -99,6 +107,7 @@ class Batch(msgspec.Struct):
     advantages: Any = None  # [B, T] float, filled by the algorithm
     prox_logprobs: Any = None
     ref_logprobs: Any = None
+    teacher_logprobs: Any = None  # [B, T] float aligned with loss_mask, when every sample has the teacher's
 
 
 class TrainResult(msgspec.Struct):

@@ -10,12 +10,12 @@ from rayrl.config.section import F, Section
 from rayrl.config.sections import (ALGORITHM_ALIASES, GROUP_RELATIVE, TYPE_DEFAULTS, AgentConfig, AlgorithmConfig,
                                    CheckpointConfig, ClusterConfig, DataConfig, DemoConfig, EvalConfig, HFConfig,
                                    LearnerConfig, LoraConfig, MetricsConfig, ModelConfig, PlacementConfig,
-                                   RewardConfig, RewardModelConfig, RolloutConfig, SchedulerConfig, SyncConfig,
-                                   VLLMConfig)
+                                   RewardConfig, RewardModelConfig, RolloutConfig, SchedulerConfig,
+                                   ServedModelConfig, SyncConfig, TeacherConfig, VLLMConfig)
 
 __all__ = ["ALGORITHM_ALIASES", "GROUP_RELATIVE", "SECTIONS", "TYPE_DEFAULTS", "AgentConfig", "AlgorithmConfig",
            "CheckpointConfig", "ClusterConfig", "Config", "ConfigError", "DataConfig", "DemoConfig", "EvalConfig", "F",
            "HFConfig", "LearnerConfig", "LoraConfig", "MetricsConfig", "ModelConfig", "PlacementConfig",
-           "RewardConfig", "RewardModelConfig", "RolloutConfig", "SchedulerConfig", "Section", "SyncConfig",
-           "VLLMConfig", "explain", "known_keys", "load_config", "merge", "parse_overrides", "read_config_file",
+           "RewardConfig", "RewardModelConfig", "RolloutConfig", "SchedulerConfig", "Section",
+           "ServedModelConfig", "SyncConfig", "TeacherConfig", "VLLMConfig", "explain", "known_keys", "load_config", "merge", "parse_overrides", "read_config_file",
            "read_yaml", "write_config_file"]

@@ -214,18 +214,43 @@ def reward_model_fits_beside_rollout(c: Config) -> str | None:
     return None
 
 
-def reward_model_gpus_fit(c: Config) -> str | None:
-    """placement=own on GPUs: the policy's GPUs and the reward models' fit the cluster's."""
-    m = c.reward.model
-    if m.kind == "none" or m.placement != "own" or not c.on_gpu:
+def served_models_gpus_fit(c: Config) -> str | None:
+    """placement=own on GPUs: the policy's GPUs, the reward models' and the teacher's fit the cluster's."""
+    served = {key: s for key, s, on in (("reward.model", c.reward.model, c.reward.model.kind != "none"),
+                                        ("teacher", c.teacher, c.teacher.enabled)) if on and s.placement == "own"}
+    if not served or not c.on_gpu:
         return None
     tp = c.vllm.tensor_parallel_size if c.rollout.engine == "vllm" else 1
     policy = c.rollout.num_workers * tp + (c.learner.num_workers if c.placement.mode == "split" else 0)
     have = c.cluster.n_nodes * c.cluster.n_gpus_per_node
-    if policy + m.num_actors * m.gpu_fraction > have:
-        return (f"reward.model.placement=own needs {m.num_actors} × reward.model.gpu_fraction={m.gpu_fraction} GPUs "
-                f"beside the policy's {policy}, more than the cluster's {have} (cluster.n_nodes × n_gpus_per_node); "
-                "use reward.model.placement=rollout or lower reward.model.gpu_fraction")
+    if policy + sum(s.num_actors * s.gpu_fraction for s in served.values()) > have:
+        asked = " and ".join(f"{s.num_actors} × {key}.gpu_fraction={s.gpu_fraction}" for key, s in served.items())
+        return (f"placement=own needs {asked} GPUs beside the policy's {policy}, more than the cluster's {have} "
+                f"(cluster.n_nodes × n_gpus_per_node); use placement=rollout or lower the gpu_fraction")
+    return None
+
+
+def teacher_has_a_path(c: Config) -> str | None:
+    if c.teacher.enabled and not c.teacher.path:
+        return ("teacher.enabled needs teacher.path: a local Hugging Face model with the policy's tokenizer "
+                "(recipes/arithmetic_distill.py builds one for the arithmetic recipe)")
+    return None
+
+
+def distillation_keeps_equal_reward_groups(c: Config) -> str | None:
+    """Without the task reward in the loss, dynamic sampling would drop groups the teacher still teaches."""
+    if c.teacher.enabled and c.algorithm.reward_coef == 0 and c.algorithm.dynamic_sampling:
+        return ("algorithm.dynamic_sampling drops groups whose rewards are equal, but with teacher.enabled and "
+                "algorithm.reward_coef=0 the reward does not train and every group carries the teacher's signal: "
+                "set algorithm.dynamic_sampling=false")
+    return None
+
+
+def teacher_fits_beside_rollout(c: Config) -> str | None:
+    t = c.teacher
+    if t.enabled and t.placement == "rollout" and t.num_actors > c.rollout.num_workers:
+        return (f"teacher.num_actors={t.num_actors} with teacher.placement=rollout needs as many rollout workers "
+                f"(rollout.num_workers={c.rollout.num_workers}); lower it or use placement=own")
     return None
 
 
@@ -235,7 +260,8 @@ RULES = (group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_bu
          offload_optimizer_is_not_deepspeed,
          tensor_parallel_needs_vllm_gpus, bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm,
          lora_keeps_the_base_asleep, lora_on_gpu_vllm_is_half, elastic_fleet_fits, reward_model_template_shows_the_answer,
-         judge_votes_need_sampling, reward_model_fits_beside_rollout, reward_model_gpus_fit)
+         judge_votes_need_sampling, reward_model_fits_beside_rollout, served_models_gpus_fit, teacher_has_a_path,
+         distillation_keeps_equal_reward_groups, teacher_fits_beside_rollout)
 
 
 def check_rules(c: Config) -> None:

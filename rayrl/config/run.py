@@ -10,7 +10,7 @@ from rayrl.config.section import Section
 from rayrl.config.sections import (AgentConfig, AlgorithmConfig, CheckpointConfig, ClusterConfig, DataConfig,
                                    DemoConfig, EvalConfig, HFConfig, LearnerConfig, LoraConfig, MetricsConfig,
                                    ModelConfig, PlacementConfig, RewardConfig, RolloutConfig, SchedulerConfig,
-                                   SyncConfig, VLLMConfig)
+                                   SyncConfig, TeacherConfig, VLLMConfig)
 
 
 class Config(Section):
@@ -23,6 +23,7 @@ class Config(Section):
     demo: DemoConfig = DemoConfig()
     data: DataConfig = DataConfig()
     reward: RewardConfig = RewardConfig()
+    teacher: TeacherConfig = TeacherConfig()
     rollout: RolloutConfig = RolloutConfig()
     eval: EvalConfig = EvalConfig()
     hf: HFConfig = HFConfig()

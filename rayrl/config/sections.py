@@ -88,7 +88,28 @@ class DataConfig(Section):
         return self
 
 
-class RewardModelConfig(Section):
+class ServedModelConfig(Section):
+    """A frozen model served by actors of its own, beside the rollout or in bundles of its own: what a reward
+    model and a teacher share."""
+
+    num_actors: int = F(1, "Actors serving the model.", ge=1)
+    placement: Literal["own", "rollout"] = F("own", "own: bundles of their own; rollout: inside rollout worker i's.")
+    cpus: float = F(1.0, "CPUs per actor; its torch threads on CPU.", gt=0)
+    gpu_fraction: float = F(1.0, "own: GPUs per actor; rollout: the share of the worker's GPU.", gt=0, le=1)
+    gpu_memory_utilization: float = F(0.2, "A vLLM engine's share of its GPU's memory.", gt=0, lt=1)
+    timeout_s: float = F(60.0, "Per reward actor call; past it the samples are counted unscored.", gt=0)
+    max_restarts: int = F(3, "A dead actor is restarted; its calls are retried.", ge=0)
+
+
+class TeacherConfig(ServedModelConfig):
+    """On-policy distillation: a frozen teacher scores every sampled token of the student (docs: Distillation)."""
+
+    enabled: bool = F(False, "Score each sample's completion tokens with the teacher; the loss follows algorithm.")
+    path: str | None = F(None, "A local Hugging Face model with the policy's tokenizer (needed when enabled).")
+    engine: str = F("hf", "hf (plain torch), or module:Class of a teacher engine (rayrl.engines.registry).")
+
+
+class RewardModelConfig(ServedModelConfig):
     """A frozen reward model beside the rule (reward.fn) in actors of its own (docs: Reward models)."""
 
     kind: Literal["none", "judge", "scorer"] = F("none", "judge: a parsed verdict; scorer: a scalar head.")
@@ -102,13 +123,6 @@ class RewardModelConfig(Section):
     max_new_tokens: int = F(1, "The verdict's length.", ge=1)
     combine: Literal["only", "sum", "fallback"] = F("sum", "weight · score alone, plus the rule, or where it is None.")
     weight: float = F(1.0, "The model score's weight in the reward.")
-    num_actors: int = F(1, "Reward model actors.", ge=1)
-    placement: Literal["own", "rollout"] = F("own", "own: bundles of their own; rollout: inside rollout worker i's.")
-    cpus: float = F(1.0, "CPUs per reward model actor; its torch threads on CPU.", gt=0)
-    gpu_fraction: float = F(1.0, "own: GPUs per actor; rollout: the share of the worker's GPU.", gt=0, le=1)
-    gpu_memory_utilization: float = F(0.2, "A vLLM judge's share of its GPU's memory.", gt=0, lt=1)
-    timeout_s: float = F(60.0, "Per reward actor call; past it the samples are counted model_timeout.", gt=0)
-    max_restarts: int = F(3, "A dead reward model actor is restarted; its calls are retried.", ge=0)
 
 
 class RewardConfig(Section):
@@ -297,6 +311,10 @@ class AlgorithmConfig(Section):
     gae_lambda: float = F(0.95, "ppo: GAE lambda.", ge=0, le=1)
     value_clip: float = F(0.2, "ppo: the value loss is clipped around the old values.", gt=0)
     critic_lr: float = F(1e-4, "ppo: the critic's learning rate (the rest of learner.* applies to it too).", gt=0)
+    reward_coef: float = F(1.0, "teacher.enabled: the task reward's advantage is weighted by it (0: distillation only).",
+                           ge=0)
+    distill_coef: float = F(1.0, "teacher.enabled: weight of each token's teacher - student log-prob (reverse KL).",
+                            ge=0)
 
     @field_validator("type", mode="before")
     @classmethod

@@ -34,6 +34,11 @@ def _build_hash(demo: DemoConfig, data: DataConfig) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def demo_tokenizer(data: DataConfig):
+    """The tokenizer the demo policy of data.task is built with."""
+    return build_char_tokenizer() if data.task == "arithmetic" else build_chat_tokenizer()
+
+
 def qwen2_config(b: DemoConfig, vocab_size: int, tokenizer) -> Qwen2Config:
     return Qwen2Config(
         vocab_size=vocab_size, hidden_size=b.hidden_size, intermediate_size=b.intermediate_size,
@@ -60,7 +65,7 @@ def build_model(model: ModelConfig, demo: DemoConfig, data: DataConfig) -> Path:
     out = Path(demo.cache_dir).expanduser() / f"qwen2-{name}-{_build_hash(demo, data)}"
     if (out / "config.json").is_file():
         return out
-    tokenizer = build_char_tokenizer() if data.task == "arithmetic" else build_chat_tokenizer()
+    tokenizer = demo_tokenizer(data)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: the same bits on every machine for the same config
     try:

@@ -16,7 +16,7 @@ import os
 import ray
 
 from rayrl.actors import (CriticGroup, Gateway, LearnerGroup, RewardActor, RewardModelActor, RolloutWorker,
-                          TrajectoryBuffer, WeightBroadcaster)
+                          TeacherActor, TrajectoryBuffer, WeightBroadcaster)
 from rayrl.checkpoint import RunState
 from rayrl.config import Config
 from rayrl.data import PromptTemplate
@@ -43,7 +43,7 @@ class ActorSystem:
         self.placement = PlacementPlan(cfg, name=self.namespace)
         self.started_ray = start_ray(cfg.scheduler, self.placement.total_cpus)
         self.buffer = self.gateway = self.learners = self.broadcaster = self.critics = self.reward_model_path = None
-        self.rewards, self.reward_models, self.gateway_url = [], [], ""
+        self.rewards, self.reward_models, self.teachers, self.gateway_url = [], [], [], ""
         self.rollout_table = RolloutTable([])  # the rollout workers; the RolloutFleet changes it from here on
         try:
             self.model_path, self.reward_model_path = models.policy, models.reward_model
@@ -77,25 +77,33 @@ class ActorSystem:
         cfg = self.cfg
         self.buffer = TrajectoryBuffer.options(**self._options("buffer", "service")).remote(
             cfg.rollout.batch_size, cfg.rollout.max_staleness, state.version if state else 0,
-            state.ledger if state else None, cfg.algorithm.dynamic_sampling, ProgressLimits.of(cfg.rollout, cfg.reward))
-        r, m = cfg.reward, cfg.reward.model
+            state.ledger if state else None, cfg.algorithm.dynamic_sampling,
+            ProgressLimits.of(cfg.rollout, cfg.reward, cfg.teacher))
+        r, m, t = cfg.reward, cfg.reward.model, cfg.teacher
         names = [f"reward-model-{i}" for i in range(m.num_actors)] if self.reward_model_path is not None else []
-        if names:
-            self.reward_models = [RewardModelActor.options(**self._options(name, "reward_model", i),
-                                                           max_restarts=m.max_restarts, max_task_retries=m.max_restarts)
-                                  .remote(cfg, self.reward_model_path, i, self.placement.threads("reward_model"),
-                                          [os.getcwd()]) for i, name in enumerate(names)]
-            wait_all([a.health.remote() for a in self.reward_models], names, "starting the reward models",
-                     cfg.rollout.restart_timeout_s)
-        models = names or [None]  # reward actors are restartable: they take their reward model by name
+        self.reward_models = self._served(names, "reward_model", m, "starting the reward models", lambda i: (
+            cfg, self.reward_model_path, i, self.placement.threads("reward_model"), [os.getcwd()]), RewardModelActor)
+        teachers = [f"teacher-{i}" for i in range(t.num_actors)] if t.enabled else []
+        self.teachers = self._served(teachers, "teacher", t, "starting the teachers", lambda i: (
+            t, cfg.rollout.temperature, cfg.on_gpu, i, self.placement.threads("teacher")), TeacherActor)
+        models, teachers = names or [None], teachers or [None]  # reward actors are restartable: peers by name
         self.rewards = [RewardActor.options(**self._options(f"reward-{i}", "service"), max_restarts=r.max_restarts,
                                             max_task_retries=r.max_restarts, max_concurrency=r.max_threads)
-                        .remote(cfg, i, [os.getcwd()], models[i % len(models)], self.namespace)
+                        .remote(cfg, i, [os.getcwd()], models[i % len(models)], self.namespace,
+                                teachers[i % len(teachers)])
                         for i in range(r.num_actors)]
         wants = cfg.agent.wants_gateway(cfg.rollout.workflow)
         self.gateway = Gateway.options(**self._options("gateway", "service")).remote(cfg, self.template_ref, []) \
             if wants else None
         self.gateway_url = ray.get(self.gateway.start.remote()) if self.gateway else ""
+
+    def _served(self, names: list[str], role: str, section, what: str, args, actor_cls) -> list:
+        """The actors serving a frozen model (reward models, teachers), restartable, each started and answering."""
+        actors = [actor_cls.options(**self._options(name, role, i), max_restarts=section.max_restarts,
+                                    max_task_retries=section.max_restarts).remote(*args(i))
+                  for i, name in enumerate(names)]
+        wait_all([a.health.remote() for a in actors], names, what, self.cfg.rollout.restart_timeout_s)
+        return actors
 
     @property
     def rollouts(self) -> list:
@@ -135,7 +143,7 @@ class ActorSystem:
         """Every actor handle created so far (the learner and critic ranks included)."""
         groups = [g.workers for g in (self.learners, self.critics) if g is not None]
         singles = [a for a in (self.buffer, self.gateway, self.broadcaster) if a is not None]
-        return [*singles, *self.reward_models, *self.rewards, *self.rollout_table.every_handle(),
+        return [*singles, *self.reward_models, *self.teachers, *self.rewards, *self.rollout_table.every_handle(),
                 *(w for g in groups for w in g)]
 
     def close(self) -> None:

@@ -8,17 +8,19 @@ import time
 
 import ray
 
-from rayrl.config import RewardConfig
+from rayrl.config import RewardConfig, TeacherConfig
 from rayrl.faults import RunStopped
-from rayrl.progress import who_scores
+from rayrl.progress import who_scores, who_teaches
 from rayrl.rewards.scoring import failing, merge_stats
 
 
 class RewardWatch:
-    def __init__(self, rewards: list, reward: RewardConfig, run_dir, period_s: float, models: list = ()) -> None:
-        """period_s: how often check_due() asks the reward actors (rollout.queue_check_s); models: the reward
-        model actors, whose calls usage() counts."""
+    def __init__(self, rewards: list, reward: RewardConfig, run_dir, period_s: float, models: list = (),
+                 teacher: TeacherConfig | None = None, teachers: list = ()) -> None:
+        """period_s: how often check_due() asks the reward actors (rollout.queue_check_s); models, teachers: the
+        reward model and teacher actors, whose calls usage() counts."""
         self.rewards, self.cfg, self.run_dir, self.period_s, self.models = rewards, reward, run_dir, period_s, models
+        self.teacher, self.teachers = teacher or TeacherConfig(), teachers
         self.last_check = 0.0
 
     def check(self) -> dict[str, int]:
@@ -28,7 +30,8 @@ class RewardWatch:
         path = self.run_dir.write_json("reward_failures.json", stats)
         r = self.cfg
         model = who_scores(r) if r.model.kind != "none" else None
-        if why := failing(stats, r.fn, r.max_failure_fraction, r.failure_window, r.max_failing_s, time.time(), model):
+        if why := failing(stats, r.fn, r.max_failure_fraction, r.failure_window, r.max_failing_s, time.time(), model,
+                          who_teaches(self.teacher)):
             raise RunStopped(f"{why}; details in {path}", exit_code=1)
         return {k: v for k, v in stats["counts"].items() if k != "ok"}
 
@@ -40,11 +43,21 @@ class RewardWatch:
     def usage(self) -> dict:
         """The reward models' totals (engine calls, samples, unparsable, busy seconds) beside the reward actors'
         calls; a restarted model actor counts from zero again."""
-        try:  # the models first: every engine call counted has its reward actor call counted too
-            per_model = ray.get([m.stats.remote() for m in self.models], timeout=self.cfg.model.timeout_s)
-        except ray.exceptions.RayError:  # a model actor restarting: no totals this time
-            per_model = []
-        totals = {k: sum(m[k] for m in per_model) for k in ("engine_calls", "requests", "samples", "unparsable",
-                                                              "busy_s")}
+        # the models first: every engine call counted has its reward actor call counted too
+        totals = _totals(self.models, ("engine_calls", "requests", "samples", "unparsable", "busy_s"),
+                         self.cfg.model.timeout_s)
         calls = sum(a["calls"] for a in ray.get([a.stats.remote() for a in self.rewards]))
         return {**totals, "reward_calls": calls}
+
+    def teacher_usage(self) -> dict:
+        """The teachers' totals: engine calls, tokens scored, busy seconds (a restarted one counts from zero)."""
+        return _totals(self.teachers, ("engine_calls", "tokens", "busy_s"), self.teacher.timeout_s)
+
+
+def _totals(actors: list, keys: tuple, timeout_s: float) -> dict:
+    """Each key's sum over the actors' stats(); zeros while one is restarting (no totals this time)."""
+    try:
+        per_actor = ray.get([a.stats.remote() for a in actors], timeout=timeout_s)
+    except ray.exceptions.RayError:
+        per_actor = []
+    return {k: sum(a[k] for a in per_actor) for k in keys}

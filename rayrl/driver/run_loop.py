@@ -38,7 +38,8 @@ class RunLoop:
         self.scaler = ElasticScaler(system, self.fleet) if cfg.rollout.fleet == "elastic" else None
         self.feeder = PromptFeeder(system.buffer, self.train_tasks, cfg.data.seed, cfg.rollout,
                                    cfg.algorithm.dynamic_sampling)
-        self.watch = RewardWatch(system.rewards, cfg.reward, run_dir, cfg.rollout.queue_check_s, system.reward_models)
+        self.watch = RewardWatch(system.rewards, cfg.reward, run_dir, cfg.rollout.queue_check_s, system.reward_models,
+                                 cfg.teacher, system.teachers)
         self.agreements: list[float | None] = []  # the reward model's agreement with the rule, per evaluation
         self.model_usage = {}  # the reward models' totals at the last step
         self.state = state
@@ -119,13 +120,11 @@ class RunLoop:
 
     def model_step(self) -> dict:
         """With a reward model: its engine calls this step beside the reward actors' calls (batching's measure), and
-        its busy seconds (against generation's)."""
-        if not self.system.reward_models:
-            return {}
-        now, last = self.watch.usage(), self.model_usage
-        self.model_usage = now
-        return {f"reward_model_{k}": now[k] - last.get(k, 0) for k in ("engine_calls", "reward_calls", "samples",
-                                                                          "busy_s")}
+        its busy seconds (against generation's); with a teacher, its engine calls, tokens and busy seconds."""
+        now = {**({f"reward_model_{k}": v for k, v in self.watch.usage().items()} if self.system.reward_models else {}),
+               **({f"teacher_{k}": v for k, v in self.watch.teacher_usage().items()} if self.system.teachers else {})}
+        last, self.model_usage = self.model_usage, now
+        return {k: now[k] - last.get(k, 0) for k in now if not k.endswith(("_requests", "_unparsable"))}
 
     def fleet_counts(self) -> dict:
         """The rollout workers now, and (rollout.fleet=elastic) how many joined and left so far."""

@@ -8,6 +8,9 @@ ROLLOUT_ENGINES = {
     "hf": "rayrl.engines.rollout.hf:HFRolloutEngine",
     "vllm": "rayrl.engines.rollout.vllm_async:VLLMRolloutEngine",
 }
+TEACHER_ENGINES = {  # teacher.engine -> its engine: score(TokenScoreRequest list) -> completion log-probs
+    "hf": "rayrl.engines.teacher.hf:HFTeacher",
+}
 LEARNER_BACKENDS = {
     "torch": "rayrl.engines.learner.torch_backend:TorchBackend",
     "fsdp": "rayrl.engines.learner.fsdp_backend:FSDPBackend",
@@ -32,6 +35,13 @@ def resolve(table: dict[str, str], key: str, what: str):
 def _import(target: str):
     module, name = target.split(":", 1)
     return getattr(importlib.import_module(module), name)
+
+
+def teacher_engine(key: str):
+    """teacher.engine's class: a registered name, or module:Class."""
+    if key in TEACHER_ENGINES or ":" not in key:
+        return resolve(TEACHER_ENGINES, key, "teacher.engine")
+    return _import(key)
 
 
 def transport_plan(key: str):

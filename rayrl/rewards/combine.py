@@ -4,6 +4,7 @@ model was asked about and could not score gets a model failure status: its group
 from __future__ import annotations
 
 from rayrl.config import RewardModelConfig
+from rayrl.rewards.teacher_scores import TEACHER_FAILURES
 from rayrl.types import ModelScore, Sample, ScoreRequest, TrajectoryGroup
 
 MODEL_FAILURES = ("unparsable", "model_timeout", "model_error")  # a sample's reward_status: no score to train on
@@ -21,9 +22,12 @@ def requests_for(groups: list[TrajectoryGroup], section: RewardModelConfig) -> l
 
 
 def unscored(group: TrajectoryGroup) -> str | None:
-    """Why the group cannot be trained on (samples the reward model left without a score), or None."""
-    missing = [s.reward_reason for s in group.samples if s.reward_status in MODEL_FAILURES]
-    return f"{len(missing)} samples without a reward model score; first: {missing[0]}" if missing else None
+    """Why the group cannot be trained on (samples the reward model or the teacher left without a score), or None."""
+    missing = [s for s in group.samples if s.reward_status in MODEL_FAILURES + TEACHER_FAILURES]
+    if not missing:
+        return None
+    who = "teacher" if missing[0].reward_status in TEACHER_FAILURES else "reward model"
+    return f"{len(missing)} samples without a {who} score; first: {missing[0].reward_reason}"
 
 
 def failed(failure: str, message: str, n: int) -> list[ModelScore]:

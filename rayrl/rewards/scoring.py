@@ -16,10 +16,11 @@ from collections import Counter, deque
 
 from rayrl.rewards.combine import MODEL_FAILURES, UNDECIDED
 from rayrl.rewards.registry import RewardFn, RewardRejected, as_result
+from rayrl.rewards.teacher_scores import TEACHER_FAILURES
 from rayrl.types import TrajectoryGroup
 
 # a sample's reward_status when it has no usable reward ("ok", or UNDECIDED for a reward model to settle)
-FAILURES = ("error", "timeout", "non_finite", "wrong_type", *MODEL_FAILURES)
+FAILURES = ("error", "timeout", "non_finite", "wrong_type", *MODEL_FAILURES, *TEACHER_FAILURES)
 EXAMPLES_PER_REASON = 5
 
 
@@ -175,11 +176,11 @@ def merge_stats(per_actor: list[dict]) -> dict:
 
 
 def failing(stats: dict, fn: str, max_fraction: float, window: int, max_failing_s: float, now: float,
-            model: str | None = None) -> str | None:
+            model: str | None = None, teacher: str | None = None) -> str | None:
     """Why the run should stop: more than max_fraction of the last `window` samples failed (known as soon as the
     failures alone pass that share of a full window), or every sample scored for max_failing_s failed (a reward
-    that fails on every call, however slowly its failures come, e.g. by hanging). model: the reward model's
-    name, blamed instead of the rule function fn when most failures are the model's."""
+    that fails on every call, however slowly its failures come, e.g. by hanging). model, teacher: their names,
+    blamed instead of the rule function fn when the most failures are theirs."""
     full = max(window, stats["window"])
     if stats["window_failed"] > max_fraction * full:
         why = (f"failed on {stats['window_failed']} of the last {stats['window']} samples "
@@ -191,6 +192,9 @@ def failing(stats: dict, fn: str, max_fraction: float, window: int, max_failing_
     counts = stats["counts"]
     reasons = ", ".join(f"{k} {v}" for k, v in counts.items() if k != "ok" and v)
     first = next((m[0] if m[0].startswith(f"{k}:") else f"{k}: {m[0]}" for k, m in stats["examples"].items() if m), "")
-    by_model = sum(counts.get(k, 0) for k in MODEL_FAILURES)
-    who = model if model and 2 * by_model >= sum(v for k, v in counts.items() if k != "ok") else f"reward function {fn}"
+    family = {"model": sum(counts.get(k, 0) for k in MODEL_FAILURES),
+              "teacher": sum(counts.get(k, 0) for k in TEACHER_FAILURES)}
+    family["rule"] = sum(v for k, v in counts.items() if k != "ok") - family["model"] - family["teacher"]
+    names = {"rule": f"reward function {fn}", "model": model or "the reward model", "teacher": teacher or "the teacher"}
+    who = names[max(family, key=lambda k: family[k])]
     return f"{who} {why}; failures so far: {reasons}; first: {first}"

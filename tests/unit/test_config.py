@@ -110,6 +110,7 @@ def test_a_section_given_a_value_is_named():
 _COLOCATED_LORA = ["lora.enabled=true", "rollout.engine=vllm", "placement.mode=colocate", "rollout.max_staleness=0",
                    "cluster.n_gpus_per_node=1", "sync.transport=ipc"]
 # each rule across sections: overrides that break it, and the same with the fix that makes it hold
+_TEACHER = ["teacher.enabled=true", "teacher.path=/models/teacher"]
 RULE_CASES = {
     "colocated_workers_pair_up": (["placement.mode=colocate", "rollout.max_staleness=0", "rollout.num_workers=2"],
                                   ["placement.mode=colocate", "rollout.max_staleness=0", "rollout.num_workers=2",
@@ -154,7 +155,7 @@ RULE_CASES = {
                                                ["reward.model.kind=judge", "reward.model.template='{answer}?'"]),
     "judge_votes_need_sampling": (["reward.model.kind=judge", "reward.model.votes=3"],
                                   ["reward.model.kind=judge", "reward.model.votes=3", "reward.model.temperature=1.0"]),
-    "reward_model_gpus_fit": (["reward.model.kind=judge", "cluster.n_gpus_per_node=2", "rollout.engine=vllm",
+    "served_models_gpus_fit": (["reward.model.kind=judge", "cluster.n_gpus_per_node=2", "rollout.engine=vllm",
                                "sync.transport=nccl"],
                               ["reward.model.kind=judge", "cluster.n_gpus_per_node=2", "rollout.engine=vllm",
                                "sync.transport=nccl", "reward.model.placement=rollout", "reward.model.gpu_fraction=0.2"]),
@@ -162,6 +163,12 @@ RULE_CASES = {
                                           "reward.model.num_actors=2"],
                                          ["reward.model.kind=judge", "reward.model.placement=rollout",
                                           "reward.model.num_actors=2", "rollout.num_workers=2"]),
+    "teacher_has_a_path": (["teacher.enabled=true"], ["teacher.enabled=true", "teacher.path=/models/teacher"]),
+    "distillation_keeps_equal_reward_groups": ([*_TEACHER, "algorithm.reward_coef=0"],
+                                               [*_TEACHER, "algorithm.reward_coef=0", "algorithm.dynamic_sampling=false"]),
+    "teacher_fits_beside_rollout": ([*_TEACHER, "teacher.placement=rollout", "teacher.num_actors=2"],
+                                    [*_TEACHER, "teacher.placement=rollout", "teacher.num_actors=2",
+                                     "rollout.num_workers=2"]),
 }
 
 

@@ -24,6 +24,7 @@ class LearnerSetup:
     kv_block_size: int  # vllm.kv_block_size: the page the bitwise attention reads
     num_threads: int  # torch threads (CPU)
     lora: LoraConfig | None = None  # lora.enabled: train adapters on a frozen base
+    distill: bool = False  # teacher.enabled: every batch must carry the teacher's log-probs
 
 
 class LearnerBackend(Protocol):

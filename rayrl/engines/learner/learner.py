@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from rayrl.algorithms import KL_ESTIMATORS, advantages, denominator, policy_loss, token_weights
+from rayrl.algorithms.distill import with_teacher
 from rayrl.algorithms.mismatch import MismatchMeter
 from rayrl.algorithms.shaping import shape_batch
 from rayrl.config import AlgorithmConfig, LearnerConfig
@@ -145,6 +146,10 @@ class Learner:
         self.mode.before_step(self.backend.model)
         mismatch, kl = self._score(mbs, batch)
         batch.advantages, self.last_returns = advantages(rewards, batch.group_index, mask, alg, kl, values)
+        if self.setup.distill:  # on-policy distillation: every token's teacher signal, never a batch without it
+            if batch.teacher_logprobs is None:
+                raise ValueError("teacher.enabled, but a sample of this batch has no teacher log-probs")
+            batch.advantages = with_teacher(batch.advantages, batch.teacher_logprobs, batch.behav_logprobs, mask, alg)
         if dp.max(int(not torch.isfinite(batch.advantages).all())):  # every rank agrees, before any backward
             return self._skipped("advantages", mbs, mismatch)
         weights = token_weights(mask, batch.group_index, alg.aggregation())

@@ -1,0 +1,59 @@
+"""On-policy distillation on the real Ray cluster: the mixed loss (task reward and teacher) runs by config while the
+teacher is slow on its first calls and is killed mid-run; its failures are counted, the groups they touched are
+generated again, and no batch is trained without the teacher's log-probs (the learner refuses one)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import ray
+
+from rayrl.demo import prepare_models
+from rayrl.trainer import train
+
+
+def test_a_slow_then_killed_teacher_is_counted_and_the_mixed_run_finishes(ray_cluster, make_cfg):
+    name = "distill-faults"
+    teacher = prepare_models(make_cfg()).policy  # the student itself: its scores are the student's log-probs at start
+    cfg = make_cfg("teacher.enabled=true", f"teacher.path={teacher}", "teacher.engine=tests.cpu.faulty_teacher:SlowFirstCalls",
+                   "teacher.timeout_s=1.0", "algorithm.reward_coef=1.0", "algorithm.distill_coef=1.0",
+                   "reward.max_failure_fraction=1.0", "rollout.max_idle_batches=50", "learner.total_steps=4",
+                   f"metrics.run_name={name}")  # idle batches: the slow spells fail every group for seconds
+    pids: list[int] = []
+
+    def kill_the_teacher_mid_run() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                actor = ray.get_actor("teacher-0", namespace=f"rayrl-{name}")
+                stats = ray.get(actor.stats.remote(), timeout=5)
+            except (ValueError, ray.exceptions.RayError):
+                time.sleep(0.2)
+                continue
+            if not pids and stats["engine_calls"] >= 4:
+                pids.append(stats["pid"])
+                ray.kill(actor, no_restart=False)  # Ray brings it back (teacher.max_restarts)
+            elif pids and stats["pid"] != pids[0]:
+                pids.append(stats["pid"])
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_the_teacher_mid_run, daemon=True)
+    killer.start()
+    summary = train(cfg)
+    killer.join(timeout=10)
+    steps = [r for r in map(json.loads, (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines())
+             if "step" in r]
+    failures, ledger = summary["reward_failures"], summary["groups"]
+    assert len(pids) == 2, "the teacher was not killed and restarted during the run"
+    assert len(steps) == 4 and ledger["trained"] == 4 * 8
+    assert failures["teacher_timeout"] > 0, failures  # the first calls of each teacher process
+    assert ledger["failed"] > 0  # the groups the teacher left unscored, generated again
+    # every trained batch carried the teacher's log-probs (a batch without them raises in the learner)
+    assert all("distill_reverse_kl" in s for s in steps) and sum(s["teacher_engine_calls"] for s in steps) > 0
+    assert summary["eval_accuracy_after"] >= 0.0
+    examples = json.loads((Path(summary["run_dir"]) / "reward_failures.json").read_text())["examples"]
+    assert "teacher.timeout_s=1.0" in examples["teacher_timeout"][0]
