@@ -1,7 +1,7 @@
 """ProgressWatch: the one judge of whether the learner's next batch can still arrive. The buffer tells it what
 became of every finished group; while a batch is awaited it answers with the reason the run cannot go on (no
-group trainable in rollout.max_idle_batches batches' worth, whatever the cause, or nothing able to produce
-one for rollout.stall_s), naming the component at fault and the key to change, or None."""
+group trainable in rollout.max_idle_batches batches' worth, at least rollout.min_idle_groups, whatever the cause;
+or nothing able to produce one for rollout.stall_s), naming the component at fault and the key to change, or None."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class NoProgress(RunStopped):
 class ProgressLimits:
     batch_size: int
     max_idle_batches: int  # batches' worth of finished groups with none trainable
+    min_idle_groups: int  # ... and at least this many (a small batch of a hard task is idle often, for a while)
     stall_s: float  # seconds with nothing generating, nothing admissible and the batch short
     reward: str  # what scores the samples, as the messages name it
     workflow: str
@@ -29,8 +30,12 @@ class ProgressLimits:
 
     @classmethod
     def of(cls, rollout: RolloutConfig, reward: RewardConfig, teacher: TeacherConfig | None = None) -> ProgressLimits:
-        return cls(rollout.batch_size, rollout.max_idle_batches, rollout.stall_s, who_scores(reward), rollout.workflow,
-                   who_teaches(teacher or TeacherConfig()))
+        return cls(rollout.batch_size, rollout.max_idle_batches, rollout.min_idle_groups, rollout.stall_s,
+                   who_scores(reward), rollout.workflow, who_teaches(teacher or TeacherConfig()))
+
+    @property
+    def idle_groups(self) -> int:
+        return max(self.max_idle_batches * self.batch_size, self.min_idle_groups)
 
 
 def who_scores(reward: RewardConfig) -> str:
@@ -81,11 +86,12 @@ class ProgressWatch:
 
     def _idle(self) -> str | None:
         lim, n = self.limits, sum(self.idle.values())
-        if n < lim.max_idle_batches * lim.batch_size:
+        if n < lim.idle_groups:
             return None
         cause, count = self.idle.most_common(1)[0]
-        head = (f"no trainable group among the last {n} finished groups ({lim.max_idle_batches} batches' worth, "
-                f"rollout.max_idle_batches={lim.max_idle_batches}; {dict(self.idle)}): ")
+        head = (f"no trainable group among the last {n} finished groups (rollout.max_idle_batches="
+                f"{lim.max_idle_batches} batches of {lim.batch_size}, at least rollout.min_idle_groups="
+                f"{lim.min_idle_groups}; {dict(self.idle)}): ")
         detail = self.first[cause]
         if cause == UNSCORED:
             who = lim.teacher if "without a teacher score" in detail else lim.reward

@@ -155,6 +155,7 @@ class RolloutConfig(Section):
     prompt_lead_batches: int = F(2, "Prompt batches queued beyond what staleness admits.", ge=1)
     max_idle_batches: int = F(10, "Batches' worth of finished groups with none trainable: the run stops, naming why.",
                               ge=1)
+    min_idle_groups: int = F(512, "The least finished groups, none trainable, that stop a run (small batches).", ge=1)
     stall_s: float = F(30.0, "A batch awaited this long with nothing generating or admissible stops the run.", gt=0)
     queue_check_s: float = F(1.0, "While waiting for a batch: how often the driver checks workers and prompts.", gt=0)
     request_timeout_s: float = F(600.0, "Past it a request is aborted and returned with its partial tokens.", gt=0)

@@ -5,14 +5,11 @@ generated again, and no batch is trained without the teacher's log-probs (the le
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
-
-import ray
 
 from rayrl.demo import prepare_models
 from rayrl.trainer import train
+from tests.cpu.kill_mid_run import kill_once_restarted
 
 
 def test_a_slow_then_killed_teacher_is_counted_and_the_mixed_run_finishes(ray_cluster, make_cfg):
@@ -20,29 +17,10 @@ def test_a_slow_then_killed_teacher_is_counted_and_the_mixed_run_finishes(ray_cl
     teacher = prepare_models(make_cfg()).policy  # the student itself: its scores are the student's log-probs at start
     cfg = make_cfg("teacher.enabled=true", f"teacher.path={teacher}", "teacher.engine=tests.cpu.faulty_teacher:SlowFirstCalls",
                    "teacher.timeout_s=1.0", "algorithm.reward_coef=1.0", "algorithm.distill_coef=1.0",
-                   "reward.max_failure_fraction=1.0", "rollout.max_idle_batches=50", "learner.total_steps=4",
+                   "reward.max_failure_fraction=1.0", "rollout.min_idle_groups=512", "learner.total_steps=4",
                    f"metrics.run_name={name}")  # idle batches: the slow spells fail every group for seconds
     pids: list[int] = []
-
-    def kill_the_teacher_mid_run() -> None:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            try:
-                actor = ray.get_actor("teacher-0", namespace=f"rayrl-{name}")
-                stats = ray.get(actor.stats.remote(), timeout=5)
-            except (ValueError, ray.exceptions.RayError):
-                time.sleep(0.2)
-                continue
-            if not pids and stats["engine_calls"] >= 4:
-                pids.append(stats["pid"])
-                ray.kill(actor, no_restart=False)  # Ray brings it back (teacher.max_restarts)
-            elif pids and stats["pid"] != pids[0]:
-                pids.append(stats["pid"])
-                return
-            time.sleep(0.2)
-
-    killer = threading.Thread(target=kill_the_teacher_mid_run, daemon=True)
-    killer.start()
+    killer = kill_once_restarted("teacher-0", f"rayrl-{name}", lambda s: s["engine_calls"] >= 4, pids)
     summary = train(cfg)
     killer.join(timeout=10)
     steps = [r for r in map(json.loads, (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines())

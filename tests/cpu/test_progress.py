@@ -10,7 +10,7 @@ from rayrl.progress import NoProgress
 from rayrl.trainer import train
 from tests.cpu.test_reward_model_actors import JUDGE
 
-IDLE = ["rollout.max_idle_batches=3", "learner.total_steps=3"]  # 3 batches' worth: 3 x 8 groups
+IDLE = ["rollout.max_idle_batches=3", "rollout.min_idle_groups=1", "learner.total_steps=3"]  # 3 x 8 groups
 
 
 def _stop_message(cfg) -> str:

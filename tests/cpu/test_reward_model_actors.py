@@ -5,13 +5,10 @@ unparsable or killed mid-run is counted by reason while the run finishes without
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 
-import ray
-
 from rayrl.trainer import train
+from tests.cpu.kill_mid_run import kill_once_restarted
 
 # the demo judge, built for tests with fewer steps than the recipe's (its verdicts, not their quality, are tested)
 # (the same build as tests/unit/test_reward_model.py's: one per test run)
@@ -45,26 +42,7 @@ def test_a_slow_unparsable_and_killed_judge_is_counted_and_the_run_finishes(ray_
                    "reward.model.timeout_s=1.0", "reward.max_failure_fraction=1.0", "learner.total_steps=4",
                    f"metrics.run_name={name}")
     pids: list[int] = []
-
-    def kill_the_judge_mid_run() -> None:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            try:
-                judge = ray.get_actor("reward-model-0", namespace=f"rayrl-{name}")
-                stats = ray.get(judge.stats.remote(), timeout=5)
-            except (ValueError, ray.exceptions.RayError):
-                time.sleep(0.2)
-                continue
-            if not pids and stats["engine_calls"] >= 3:
-                pids.append(stats["pid"])
-                ray.kill(judge, no_restart=False)  # Ray brings it back (reward.model.max_restarts)
-            elif pids and stats["pid"] != pids[0]:
-                pids.append(stats["pid"])
-                return
-            time.sleep(0.2)
-
-    killer = threading.Thread(target=kill_the_judge_mid_run, daemon=True)
-    killer.start()
+    killer = kill_once_restarted("reward-model-0", f"rayrl-{name}", lambda s: s["engine_calls"] >= 3, pids)
     summary = train(cfg)
     killer.join(timeout=10)
     steps, failures, ledger = _steps(summary), summary["reward_failures"], summary["groups"]

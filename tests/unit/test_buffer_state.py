@@ -56,8 +56,8 @@ def test_dynamic_sampling_drops_rejections_and_failures_keep_the_ledger_balanced
     assert [t.id for t in s.prompts] == [c.id] and s.staleness.capacity() == 3
 
 
-def _limits(batch_size: int, idle: int = 2, stall_s: float = 30.0) -> ProgressLimits:
-    return ProgressLimits(batch_size, idle, stall_s, "the judge (reward.model.kind=judge)", "my:Workflow")
+def _limits(batch_size: int, idle: int = 2, stall_s: float = 30.0, min_groups: int = 1) -> ProgressLimits:
+    return ProgressLimits(batch_size, idle, min_groups, stall_s, "the judge (reward.model.kind=judge)", "my:Workflow")
 
 
 def test_groups_that_are_never_trainable_stop_the_wait_after_the_bound_naming_the_judge():
@@ -75,6 +75,12 @@ def test_groups_that_are_never_trainable_stop_the_wait_after_the_bound_naming_th
     s.drop_equal(0, t.id, [0.0, 0.0])
     why = s.no_progress(2, now=0.0)
     assert why.startswith("no trainable group among the last 4 finished groups") and "rollout.max_idle_batches=2" in why
+    floor = BufferState(batch_size=2, max_staleness=0, limits=_limits(2, min_groups=6)).progress
+    for _ in range(5):
+        floor.untrainable("unscored", "x")
+    assert floor.verdict(None, 0.0) is None  # 2 x 2 = 4 groups, but rollout.min_idle_groups=6
+    floor.untrainable("unscored", "x")
+    assert "at least rollout.min_idle_groups=6" in floor.verdict(None, 0.0)
     assert "3 had samples that the judge (reward.model.kind=judge) left unscored" in why, why  # the commonest cause
     assert "first: 2 samples without a reward model score; first: unparsable: try 0" in why, why
 
