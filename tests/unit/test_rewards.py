@@ -53,7 +53,7 @@ def test_scorer_turns_failures_into_counted_zeros():
     assert "must return a real number" in scored.samples[3].reward_reason and "str" in scored.samples[3].reward_reason
     stats = scorer.stats()
     assert stats["counts"] == {"ok": 1, "error": 1, "timeout": 1, "non_finite": 0, "wrong_type": 1, "unparsable": 0,
-                               "model_timeout": 0, "model_error": 0}
+                               "model_timeout": 0, "model_error": 0, "teacher_timeout": 0, "teacher_error": 0}
     assert stats["window_failed"] == 3 and stats["window"] == 4 and stats["examples"]["timeout"]
 
 
