@@ -22,12 +22,13 @@ from rayrl.trainer import train
 
 TEACHER_STEPS = 300
 SHARED = ("demo", "data", "model", "rollout", "scheduler")  # the teacher's run takes these sections from the student's
+OWN = ("rollout.seed",)  # ... but not the student's sampling seed: one teacher for every seed
 log = logging.getLogger("rayrl")
 
 
 def teacher_config(overrides: list[str], steps: int = TEACHER_STEPS):
     """The GRPO recipe with the student's demo, data and rollout settings, run to `steps`."""
-    shared = [o for o in overrides if o.split("=", 1)[0].split(".")[0] in SHARED]
+    shared = [o for o in overrides if o.split("=", 1)[0].split(".")[0] in SHARED and o.split("=", 1)[0] not in OWN]
     return load_config(Path(__file__).with_name("arithmetic_grpo.yaml"), [
         *shared, f"learner.total_steps={steps}", "checkpoint.save_final=true", "checkpoint.every_steps=0",
         "checkpoint.resume=never", "metrics.progress=false", "eval.every_steps=0"])
