@@ -29,7 +29,7 @@ class ElasticScaler:
         self.joins: list[dict] = []
         self.leaves: list[dict] = []
         self.waiting_first: dict[int, dict] = {}  # joined workers with no group yet: their join record
-        self.starting: dict[int, tuple] = {}  # index -> (worker, node, start time, its health() ref), not joined yet
+        self.starting: dict[int, tuple] = {}  # index -> (node, start time, its health() ref); the table holds the worker
         self.hold = False  # a worker left as idle and generation is still ahead: no worker starts
         self.window = (time.monotonic(), self._busy())  # the idle window's start and each worker's busy seconds
 
@@ -105,7 +105,7 @@ class ElasticScaler:
         if room <= 0 or self.hold:
             return
         p = self.system.placement
-        taken = set(self.where.values()) | {node for _, node, _, _ in self.starting.values()}
+        taken = set(self.where.values()) | {node for node, _, _ in self.starting.values()}
         nodes = cluster_nodes.nodes_with_room(self.system.cfg.placement.rollout_node_labels, p.share["rollout"],
                                               p.gpus["rollout"], taken | set(draining))
         for node in nodes[:room]:
@@ -113,12 +113,12 @@ class ElasticScaler:
             self.next_index += 1
             worker = self.system.elastic_rollout_worker(index, node)
             self.table.start(index, worker)  # close() stops it until it joins
-            self.starting[index] = (worker, node, time.time(), worker.health.remote())
+            self.starting[index] = (node, time.time(), worker.health.remote())
 
     def _admit_started(self, draining: dict[str, float]) -> None:
         """Workers whose engine answered join the fleet; one that failed, ran out of rollout.restart_timeout_s
         or whose node is being drained is stopped (its node may get another later)."""
-        for index, (worker, node, t0, ready) in list(self.starting.items()):
+        for index, (node, t0, ready) in list(self.starting.items()):
             done = bool(ray.wait([ready], timeout=0)[0])
             late = time.time() - t0 > self.cfg.restart_timeout_s
             if not (done or late or node in draining):

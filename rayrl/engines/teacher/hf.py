@@ -21,7 +21,6 @@ class HFTeacher:
         model, self.tokenizer = load_policy(model_path, attn_implementation="sdpa" if on_gpu else "eager")
         self.model = (model.to(torch.bfloat16) if on_gpu else model).to(self.device).eval()
         self.temperature, self.max_batch_tokens = temperature, max_batch_tokens
-        self.vocab_size = self.model.config.vocab_size
 
     async def score(self, requests: list[TokenScoreRequest]) -> list[list[float]]:
         """Each request's completion log-probs, in order; the forwards run in a thread (the actor keeps taking calls)."""
