@@ -44,16 +44,17 @@ class RewardActor:
     def score(self, group: TrajectoryGroup) -> TrajectoryGroup:
         return self.score_many([group])[0]
 
-    def score_many(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
+    def score_many(self, groups: list[TrajectoryGroup], teach: bool = True) -> list[TrajectoryGroup]:
         """Several groups in one call (a rollout worker's groups that finished together); with a reward model,
-        their samples in one request to it."""
+        their samples in one request to it. teach=False (held-out groups, never trained on): no teacher call."""
         self.calls += 1
-        if self.reward_model is None and self.teacher is None:  # each group counted as soon as it is scored
+        teacher = self.teacher if teach else None
+        if self.reward_model is None and teacher is None:  # each group counted as soon as it is scored
             return [self._record(self.scorer.score(g, count=False)) for g in groups]
         groups = [self.scorer.score(g, count=False) for g in groups]
         if self.reward_model is not None:
             self._ask_model(groups)
-        if self.teacher is not None:
+        if teacher is not None:
             self._ask_teacher(groups)
         return [self._record(g) for g in groups]
 

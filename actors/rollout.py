@@ -14,6 +14,7 @@ from rayrl import components
 from rayrl.actors.engine_use import EngineUse
 from rayrl.actors.episode_set import EpisodeSet, workflow_stats
 from rayrl.actors.peers import peer
+from rayrl.actors.reward_scorers import RewardScorers, RewardUnavailable
 from rayrl.coalesce import Coalescer
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
@@ -31,10 +32,6 @@ COUNTERS = {"rollout_samples_total": "samples generated", "rollout_tokens_total"
             "rollout_starts_total": "times this worker started (more than 1: it was restarted)"}
 GAUGES = {"rollout_requests_in_flight": "prompts being generated now", "rollout_version": "policy version held",
           "rollout_episodes_in_flight": "episodes running now"}
-
-
-class RewardUnavailable(RuntimeError):
-    """The reward actors could not score a group, even after their restarts."""
 
 
 # "gen" is left at Ray's own bound for async actors; the engine batches the calls of concurrent episodes
@@ -67,7 +64,7 @@ class RolloutWorker:
         self.use = EngineUse(self.metrics, self.totals)  # calls in the engine, in-flight gauge, gen_s, counters
         self.phase_report: dict[str, float] = {}  # the last sleep's and sync's memory and times
         self.hand_over = Coalescer(lambda items: buffer.put_many.remote(index, items))
-        self.scorers = [Coalescer(peer(reward, namespace).score_many.remote) for reward in rewards]
+        self.score = RewardScorers(rewards, namespace)
 
     # ---- generation ---------------------------------------------------------------------
     @ray.method(concurrency_group="gen")
@@ -81,18 +78,14 @@ class RolloutWorker:
             self.use.leave(len(requests), samples)
         return samples
 
-    async def _score(self, group: TrajectoryGroup) -> TrajectoryGroup:
-        """Groups go to the reward actors in turn; those that finish together share one call."""
-        score = self.scorers[self.totals["groups"] % len(self.scorers)]
+    async def _score_held_out(self, group: TrajectoryGroup) -> TrajectoryGroup:
         self.totals["groups"] += 1
-        try:
-            return await score(group)
-        except ray.exceptions.RayError as err:
-            raise RewardUnavailable(str(err)) from err
+        return await self.score(group, held_out=True)
 
     async def _score_to_train(self, group: TrajectoryGroup) -> TrajectoryGroup:
         """A group with a sample the reward model could not score is never trained on: it counts as failed."""
-        group = await self._score(group)
+        self.totals["groups"] += 1
+        group = await self.score(group)
         if why := unscored(group):
             raise RewardUnavailable(why)
         return group
@@ -112,7 +105,7 @@ class RolloutWorker:
     async def evaluate(self, tasks: list[Task], n: int, temperature: float) -> list[TrajectoryGroup]:
         """The workflow's scored episodes at evaluation settings; tasks it rejects are left out."""
         r = self.cfg.rollout
-        engine = EpisodeEngine(self.generate, self._score, sampling=Sampling(n, temperature, r.max_new_tokens, r.seed),
+        engine = EpisodeEngine(self.generate, self._score_held_out, sampling=Sampling(n, temperature, r.max_new_tokens, r.seed),
                                **self.eval_common)
         groups = await asyncio.gather(*(self.workflow.arun_episode(engine, t) for t in tasks))
         return [g for g in groups if g is not None]

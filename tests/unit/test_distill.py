@@ -73,10 +73,12 @@ def test_the_batch_carries_teacher_log_probs_only_when_every_sample_has_them(ran
     assert batch.teacher_logprobs[batch.loss_mask > 0].tolist()[-1] == -0.25
 
 
-def test_the_teacher_of_the_policy_itself_scores_its_tokens_as_the_learner_does(make_cfg, model_path, random_groups):
+@pytest.mark.parametrize("same_prompt", [True, False], ids=["groups share their prompt", "a prompt per sample"])
+def test_the_teacher_of_the_policy_itself_scores_its_tokens_as_the_learner_does(make_cfg, model_path, random_groups,
+                                                                                same_prompt):
     learner = components.learner(make_cfg(), model_path)
     teacher = HFTeacher(model_path, learner.setup.temperature, on_gpu=False, max_batch_tokens=40)  # several forwards
-    groups = random_groups(3, 4, seed=4)
+    groups = random_groups(3, 4, seed=4, same_prompt=same_prompt)
     scores = asyncio.run(teacher.score(teacher_scores.requests_for(groups)))
     teacher_scores.apply(groups, scores)
     batch = collate(groups, learner.tokenizer.pad_token_id)

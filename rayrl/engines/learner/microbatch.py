@@ -163,7 +163,7 @@ def shared_prefix(batch: Batch, rows: list[int], lengths: list[int]) -> int:
     alike = (ids == ids[0]).all(0)[: min(lengths)]
     common = int(alike.long().cumprod(0).sum())
     scored = batch.loss_mask[rows] > 0
-    first = min((int(s.nonzero()[0]) if s.any() else n) for s, n in zip(scored, lengths))
+    first = int(torch.where(scored.any(1), scored.float().argmax(1), torch.tensor(lengths)).min())
     return max(0, min(common, first - 1))
 
 
@@ -188,17 +188,17 @@ def plan_shared(batch: Batch, lengths: list[int], max_tokens: int) -> list[tuple
 
 def shared(batch: Batch, units: list[tuple[int, list[int]]], lengths: list[int]) -> MicroBatch:
     """One padded row per unit: its prefix once, then each row's branch (see the module's docstring)."""
-    spans = [[(rows[0], 0, prefix, 0)] + [(i, prefix, lengths[i], b + 1) for b, i in enumerate(rows)]
-             for prefix, rows in units]
-    width = max(sum(end - start for _, start, end, _ in s) for s in spans)
-    src_row = torch.full((len(units), width), -1, dtype=torch.long)
-    src_col, segments = torch.zeros_like(src_row), torch.full_like(src_row, -1)
-    for r, unit in enumerate(spans):
-        at = 0
-        for row, start, end, seg in unit:
-            src_row[r, at: at + end - start], segments[r, at: at + end - start] = row, seg
-            src_col[r, at: at + end - start] = torch.arange(start, end)
-            at += end - start
+    rows_of, cols_of, segs_of = [], [], []  # per unit: each token's batch row, column and segment
+    for prefix, rows in units:
+        src, col, seg = [rows[0]] * prefix, list(range(prefix)), [0] * prefix
+        for b, i in enumerate(rows):
+            src += [i] * (lengths[i] - prefix)
+            col += range(prefix, lengths[i])
+            seg += [b + 1] * (lengths[i] - prefix)
+        rows_of.append(src), cols_of.append(col), segs_of.append(seg)
+    width = max(map(len, rows_of))
+    padded_to = lambda lists, fill: torch.tensor([x + [fill] * (width - len(x)) for x in lists])  # noqa: E731
+    src_row, src_col, segments = padded_to(rows_of, -1), padded_to(cols_of, 0), padded_to(segs_of, -1)
     valid = src_row >= 0
     take = lambda v: None if v is None else v[src_row.clamp(min=0), src_col] * valid  # noqa: E731
     pieces = {k: take(v) for k, v in _per_token(batch).items() if k != "seq_ids"}

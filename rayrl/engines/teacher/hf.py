@@ -1,15 +1,18 @@
-"""A teacher on plain torch: one forward over a padded batch of prompt + completion rows, the log-prob of each
-completion token at the student's sampling temperature (so that it compares with the student's own). Frozen,
-never synced."""
+"""A teacher on plain torch: the log-prob of each completion token at the student's sampling temperature (so that
+it compares with the student's own). On CPU a group's prompt runs once per row, its samples as branches (the
+learner's shared-prompt layout); on a GPU, padded rows of prompt + completion. Frozen, never synced."""
 
 from __future__ import annotations
 
 import asyncio
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
+from rayrl.engines.learner.microbatch import microbatches, scatter
+from rayrl.engines.learner.scoring import microbatch_logprobs
 from rayrl.models.policy import load_policy
-from rayrl.types import TokenScoreRequest
+from rayrl.types import Batch, TokenScoreRequest
 
 
 class HFTeacher:
@@ -18,7 +21,7 @@ class HFTeacher:
         """max_batch_tokens: padded tokens per forward; a larger call runs as several."""
         torch.set_num_threads(max(1, num_threads))
         self.device = torch.device("cuda" if on_gpu else "cpu")
-        model, self.tokenizer = load_policy(model_path, attn_implementation="sdpa" if on_gpu else "eager")
+        model, self.tokenizer = load_policy(model_path, attn_implementation="sdpa")
         self.model = (model.to(torch.bfloat16) if on_gpu else model).to(self.device).eval()
         self.temperature, self.max_batch_tokens = temperature, max_batch_tokens
 
@@ -27,6 +30,8 @@ class HFTeacher:
         return await asyncio.to_thread(self._score_all, requests)
 
     def _score_all(self, requests: list[TokenScoreRequest]) -> list[list[float]]:
+        if self.device.type == "cpu":
+            return self._score_shared(requests)
         out, chunk, longest = [], [], 0
         for r in requests:
             n = len(r.prompt_ids) + len(r.completion_ids)
@@ -50,6 +55,25 @@ class HFTeacher:
         token = logp.gather(-1, ids[:, 1:].to(self.device).unsqueeze(-1)).squeeze(-1).cpu()  # [B, T-1]: token t+1
         return [token[i, len(r.prompt_ids) - 1: len(r.prompt_ids) - 1 + len(r.completion_ids)].tolist()
                 for i, r in enumerate(requests)]
+
+    @torch.inference_mode()
+    def _score_shared(self, requests: list[TokenScoreRequest]) -> list[list[float]]:
+        """Requests with the same prompt as one group, its prompt run once per row (on CPU, 32 prompts x 8 samples
+        of up to 6 tokens: 0.04 s against 0.07 s for a row per sample)."""
+        groups: dict[tuple[int, ...], int] = {}
+        index = torch.tensor([groups.setdefault(tuple(r.prompt_ids), len(groups)) for r in requests])
+        ids = pad_sequence([torch.tensor(r.prompt_ids + r.completion_ids) for r in requests], batch_first=True)
+        starts = torch.tensor([len(r.prompt_ids) for r in requests])[:, None]
+        sizes = [len(r.completion_ids) for r in requests]
+        column = torch.arange(ids.shape[1])[None]
+        ends = starts + torch.tensor(sizes)[:, None]
+        targets = ((column >= starts) & (column < ends)).float()
+        zeros = torch.zeros(ids.shape)
+        batch = Batch(ids, (column < ends).long(), targets, zeros, torch.zeros_like(ids), zeros[:, 0], index)
+        logp = torch.zeros(ids.shape)
+        for mb in microbatches(batch, self.max_batch_tokens, pack=False, share_prompts=True):
+            scatter(microbatch_logprobs(self.model, mb, self.temperature), mb, logp)
+        return [part.tolist() for part in logp[targets > 0].split(sizes)]
 
     def shutdown(self) -> None:
         pass
