@@ -122,8 +122,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = load_config(RECIPES / "arithmetic_distill.yaml", ["metrics.progress=false"])
     teacher = _recipe().build_teacher(["metrics.progress=false"])
+    cfg = load_config(RECIPES / "arithmetic_distill.yaml", ["metrics.progress=false", f"teacher.path={teacher}"])
     study = Study(cfg, teacher)
     plan = [(kind, float(lr)) for kind, lr in (r.split(":") for r in args.runs.split(","))]
     runs = []
@@ -131,7 +131,7 @@ def main() -> None:
         for kind, lr in (plan if i % 2 == 0 else plan[::-1]):
             runs.append(study.run(kind, lr, seed, args.steps, args.eval_every))
             print(kind, lr, seed, runs[-1]["curve"], flush=True)
-    rows = [{"loss": kind, "lr": lr, **{f"step {s}": statistics.median(dict(r["curve"])[s] for r in runs
+    rows = [{"loss": kind, "lr": f"{lr:g}", **{f"step {s}": statistics.median(dict(r["curve"])[s] for r in runs
                                                                         if (r["loss"], r["lr"]) == (kind, lr))
                                          for s, _ in runs[0]["curve"]}} for kind, lr in plan]
     finals = {f"{kind}:{lr:g}": spread([r["final"] for r in runs if (r["loss"], r["lr"]) == (kind, lr)])

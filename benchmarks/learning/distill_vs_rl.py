@@ -91,9 +91,9 @@ def main() -> None:
             print({k: v for k, v in runs[-1].items() if k not in ("curve", "reverse_kl")}, flush=True)
     target = statistics.median(r["final"] for r in runs if r["method"] == "rl")
     reach = [first_at(r["curve"], target) for r in runs if r["method"] == "distill"]
-    reached = sorted(s if s is not None else float("inf") for s in reach)
+    median = statistics.median(s if s is not None else float("inf") for s in reach)
     result = {"target": target, "distill_steps_to_target": reach,
-              "median_steps_to_target": statistics.median(reached),
+              "median_steps_to_target": None if median == float("inf") else median,  # None: most never reached it
               "rl_final": spread([r["final"] for r in runs if r["method"] == "rl"]),
               "distill_final": spread([r["final"] for r in runs if r["method"] == "distill"]),
               "rl_step_s": spread([r["step_s"] for r in runs if r["method"] == "rl"]),
