@@ -70,7 +70,7 @@ def _cell(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, list) and all(isinstance(x, (int, float)) for x in v):
-        return ", ".join(_cell(x) for x in v)
+        return ", ".join(_cell(x) for x in v) if len(v) <= 8 else f"{len(v)} values"
     return str(v).replace("|", "\\|") if not isinstance(v, (dict, list)) else "…"
 
 

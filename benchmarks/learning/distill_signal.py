@@ -136,7 +136,7 @@ def main() -> None:
                                          for s, _ in runs[0]["curve"]}} for kind, lr in plan]
     finals = {f"{kind}:{lr:g}": spread([r["final"] for r in runs if (r["loss"], r["lr"]) == (kind, lr)])
               for kind, lr in plan}
-    path = write_result("distill_signal", {"teacher": teacher, "finals": finals, "table": rows, "args": vars(args),
+    path = write_result("distill_signal", {"teacher": teacher, "finals": finals, "rows": rows, "args": vars(args),
                                            "runs": runs}, args.commit)
     print_table(rows, list(rows[0]))
     print("held-out greedy accuracy, median over seeds ->", path)
