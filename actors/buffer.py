@@ -5,6 +5,7 @@ publishes the buffer's gauges; the bookkeeping itself is BufferState's."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import msgspec
@@ -15,6 +16,8 @@ from rayrl.group_refs import put_groups
 from rayrl.metrics import RayMetrics
 from rayrl.progress import NoProgress, ProgressLimits
 from rayrl.types import GroupMeta, Task, TrajectoryGroup
+
+log = logging.getLogger("rayrl")
 
 
 @ray.remote(num_cpus=0)
@@ -56,14 +59,15 @@ class TrajectoryBuffer:
             await self.changed.wait_for(lambda: self.closed or s.is_old_life(worker, life) or s.can_lease())
             if self.closed or s.is_old_life(worker, life):
                 return []
-            tasks = s.lease(worker, n)
+            tasks = s.lease(worker, n, life)
             self._changed()
             return tasks
 
-    async def requeue(self, worker: int, task_ids: list[str] | None = None) -> int:
-        """The worker died (all its leased prompts) or one of its calls failed (task_ids): back to the queue."""
+    async def requeue(self, worker: int, task_ids: list[str] | None = None, life: int | None = None) -> int:
+        """The worker died (all its leased prompts) or one of its calls failed (task_ids, leased to its life `life`):
+        back to the queue."""
         async with self.changed:
-            n = self.state.requeue(worker, task_ids)
+            n = self.state.requeue(worker, task_ids, life)
             self._changed()
             return n
 
@@ -84,28 +88,41 @@ class TrajectoryBuffer:
         """A scored group, by value: the buffer puts it into the object store itself and so owns it."""
         await self.put_many(worker, [(group, meta)])
 
-    async def put_many(self, worker: int, items: list[tuple[TrajectoryGroup, GroupMeta]]) -> list[None]:
-        """put() for groups a worker finished together: one round trip, and the ones kept share one object."""
+    async def put_many(self, worker: int, items: list[tuple[TrajectoryGroup, GroupMeta]], life: int = 0) -> list[None]:
+        """put() for groups a worker finished together: one round trip, and the ones kept share one object. Only
+        the life of the worker holding a prompt's lease hands its group over; any other is late (dropped, counted)."""
         rewards = [[s.reward for s in group.samples] for group, _ in items]
         kept = [not self.state.equal_rewards(r) for r in rewards]
         places = iter(put_groups([group for (group, _), keep in zip(items, kept) if keep]))
         async with self.changed:
             for (group, meta), r, keep in zip(items, rewards, kept):
+                place = next(places) if keep else None
+                if self._fenced(worker, meta.task_id, life):
+                    continue
                 if keep:
-                    self.state.accept(worker, next(places), meta, group.task)
+                    self.state.accept(worker, place, meta, group.task)
                 else:
                     self.state.drop_equal(worker, meta.task_id, r)
             self._changed()
         return [None] * len(items)
 
-    async def reject(self, worker: int, task_id: str) -> None:
+    def _fenced(self, worker: int, task_id: str, life: int) -> bool:
+        """True when the caller does not hold the prompt's lease: its hand-over is dropped and counted as late."""
+        if self.state.holds(worker, task_id, life):
+            return False
+        log.warning(self.state.late(worker, task_id))
+        return True
+
+    async def reject(self, worker: int, task_id: str, life: int = 0) -> None:
         async with self.changed:
-            self.state.reject(worker, task_id)
+            if not self._fenced(worker, task_id, life):
+                self.state.reject(worker, task_id)
             self._changed()
 
-    async def fail(self, worker: int, task_id: str, why: str = "") -> None:
+    async def fail(self, worker: int, task_id: str, why: str = "", life: int = 0) -> None:
         async with self.changed:
-            self.state.fail(worker, task_id, why)
+            if not self._fenced(worker, task_id, life):
+                self.state.fail(worker, task_id, why)
             self._changed()
 
     async def get_batch(self, n: int) -> list[tuple[list, GroupMeta]]:

@@ -63,7 +63,7 @@ class RolloutWorker:
         self.metrics.inc("rollout_starts_total")
         self.use = EngineUse(self.metrics, self.totals)  # calls in the engine, in-flight gauge, gen_s, counters
         self.phase_report: dict[str, float] = {}  # the last sleep's and sync's memory and times
-        self.hand_over = Coalescer(lambda items: buffer.put_many.remote(index, items))
+        self.hand_over = Coalescer(lambda items: buffer.put_many.remote(index, items, self.life))
         self.score = RewardScorers(rewards, namespace)
 
     # ---- generation ---------------------------------------------------------------------
@@ -131,21 +131,21 @@ class RolloutWorker:
         try:
             group = await self.workflow.arun_episode(self.train_engine, task)
         except RewardUnavailable as why:
-            await self.buffer.fail.remote(self.index, task.id, str(why))
+            await self.buffer.fail.remote(self.index, task.id, str(why), self.life)
             return
         except Exception:
             if self.closing:
                 return
             self.totals["errors"] += 1
             self.metrics.inc("rollout_errors_total")
-            await self.buffer.requeue.remote(self.index, [task.id])
+            await self.buffer.requeue.remote(self.index, [task.id], self.life)
             raise
         if self.closing:  # a truncated group is not trained: its prompt goes back to the queue
             return
         if group is None:
             self.totals["rejected"] += 1
             self.metrics.inc("rollout_rejected_total")
-            await self.buffer.reject.remote(self.index, task.id)
+            await self.buffer.reject.remote(self.index, task.id, self.life)
             return
         await self.hand_over((group, GroupMeta(task.id, group.min_version, self.label)))
 

@@ -29,6 +29,7 @@ class Ledger(msgspec.Struct):
     equal_rewards: int = 0  # dynamic sampling: every sample had the same reward
     rejected: int = 0  # the workflow returned None for the task
     requeued: int = 0  # prompts given back to the queue (a dead worker's, a failed group's)
+    late: int = 0  # hand-overs for a lease the worker no longer held (declared dead, its prompts requeued): dropped
 
     def balanced(self, waiting: int) -> bool:
         """Every produced group is trained, waiting, or counted as dropped for one reason."""
@@ -57,6 +58,7 @@ class BufferState:
         self.drop_equal_rewards = drop_equal_rewards
         self.prompts: deque[Task] = deque()
         self.leases: dict[int, dict[str, Task]] = {}  # rollout worker -> the prompts it is generating
+        self.lease_lives: dict[str, int] = {}  # leased task id -> the life of the worker it was leased to
         self.lives: dict[int, int] = {}  # rollout worker -> its current life (restarts so far)
         self.items: deque[Waiting] = deque()
         self.dropped: list[str] = []  # task ids dropped (equal rewards) or rejected, until the driver asks
@@ -78,20 +80,39 @@ class BufferState:
         until its episodes finish or requeue() gives the rest back."""
         self.lives[worker] = self.lives.get(worker, 0) + 1
 
-    def lease(self, worker: int, n: int) -> list[Task]:
-        """Up to n queued prompts to the worker, as many as staleness admits."""
+    def lease(self, worker: int, n: int, life: int = 0) -> list[Task]:
+        """Up to n queued prompts to the worker (in its life `life`), as many as staleness admits."""
         granted = self.staleness.try_admit(min(n, len(self.prompts)))
         tasks = [self.prompts.popleft() for _ in range(granted)]
         self.leases.setdefault(worker, {}).update((t.id, t) for t in tasks)
+        self.lease_lives.update((t.id, life) for t in tasks)
         return tasks
 
-    def requeue(self, worker: int, task_ids: list[str] | None = None) -> int:
-        """The worker died (None: all its leased prompts; a new life begins) or some of its calls failed:
-        those prompts go back to the front of the queue."""
+    def holds(self, worker: int, task_id: str, life: int = 0) -> bool:
+        """The fence: only the life of the worker that holds a prompt's lease may hand its group over. A worker
+        declared dead (its prompts requeued) that still runs, or an earlier life of a restarted one, holds none."""
+        return task_id in self.leases.get(worker, {}) and self.lease_lives.get(task_id) == life
+
+    def late(self, worker: int, task_id: str) -> str:
+        """A hand-over that failed the fence: dropped and counted (the prompt's group comes from its holder now);
+        returns what to log."""
+        self.ledger.late += 1
+        return (f"rollout worker {worker} handed over task {task_id!r} without holding its lease (declared dead and "
+                f"its prompts requeued, or an earlier life): dropped, {self.ledger.late} late so far")
+
+    def _release(self, worker: int, task_id: str) -> Task | None:
+        self.lease_lives.pop(task_id, None)
+        return self.leases.get(worker, {}).pop(task_id, None)
+
+    def requeue(self, worker: int, task_ids: list[str] | None = None, life: int | None = None) -> int:
+        """The worker died (None: all its leased prompts; a new life begins) or some of its calls failed (those
+        ids, held by its life `life` when given): those prompts go back to the front of the queue."""
         if task_ids is None:
             self.lives[worker] = self.lives.get(worker, 0) + 1
         held = self.leases.get(worker, {})
-        tasks = [held.pop(i) for i in (list(held) if task_ids is None else [i for i in task_ids if i in held])]
+        ids = list(held) if task_ids is None else [
+            i for i in task_ids if i in held and (life is None or self.lease_lives.get(i) == life)]
+        tasks = [self._release(worker, i) for i in ids]
         self._give_back(tasks)
         return len(tasks)
 
@@ -107,7 +128,7 @@ class BufferState:
 
     def drop_equal(self, worker: int, task_id: str, rewards: list[float]) -> None:
         """Dynamic sampling drops the group: counted, its slot goes to a further prompt."""
-        self.leases.get(worker, {}).pop(task_id, None)
+        self._release(worker, task_id)
         self.staleness.on_reject()
         self.ledger.produced += 1
         self.ledger.equal_rewards += 1
@@ -116,7 +137,7 @@ class BufferState:
         self.dropped_rewards = [self.dropped_rewards[0] + sum(rewards), self.dropped_rewards[1] + len(rewards)]
 
     def accept(self, worker: int, ref: Any, meta: GroupMeta, task: Task) -> None:
-        self.leases.get(worker, {}).pop(meta.task_id, None)
+        self._release(worker, meta.task_id)
         self.staleness.on_accept()
         self.progress.trainable()
         self.items.append(Waiting(ref, meta, task))
@@ -124,7 +145,7 @@ class BufferState:
 
     def reject(self, worker: int, task_id: str) -> None:
         """The workflow returned None: counted, its slot goes to a further prompt, never generated again."""
-        self.leases.get(worker, {}).pop(task_id, None)
+        self._release(worker, task_id)
         self.staleness.on_reject()
         self.ledger.produced += 1
         self.ledger.rejected += 1
@@ -133,7 +154,7 @@ class BufferState:
 
     def fail(self, worker: int, task_id: str, why: str = "") -> None:
         """A group could not be scored (why: what the reward left unscored): counted, its prompt generated again."""
-        task = self.leases.get(worker, {}).pop(task_id, None)
+        task = self._release(worker, task_id)
         self.ledger.produced += 1
         self.ledger.failed += 1
         self.progress.untrainable(UNSCORED, why or f"task {task_id}")

@@ -124,7 +124,8 @@ def test_requeue_gives_back_a_failed_calls_prompts_or_all_a_dead_workers(ray_clu
 
 def test_a_dead_workers_pending_take_leases_nothing(ray_cluster):
     """A take() a worker sent before it died may still be waiting in the buffer; once the worker's
-    prompts are requeued it must come back empty, not lease prompts nobody will generate."""
+    prompts are requeued it must come back empty, not lease prompts nobody will generate; and what that first
+    life hands over afterwards (it may still run: a node declared dead too early) is late, dropped and counted."""
     buffer = TrajectoryBuffer.remote(batch_size=1, max_staleness=0)
     ray.get(buffer.feed.remote([Task(i, "", "") for i in "ab"]))
     assert [t.id for t in ray.get(buffer.take.remote(0, 1))] == ["a"]
@@ -132,5 +133,12 @@ def test_a_dead_workers_pending_take_leases_nothing(ray_cluster):
     assert ray.get(buffer.requeue.remote(0)) == 1  # worker 0 died
     assert ray.get(ghost) == []
     assert [t.id for t in ray.get(buffer.take.remote(0, 1, 1))] == ["a"]  # its next life
+    group = TrajectoryGroup(Task("a", "", ""), [Sample("", [1], [2], [-0.1], [0], "stop", reward=1.0)])
+    ray.get(buffer.put_many.remote(0, [(group, GroupMeta("a", 0))], 0))  # the first life, still running: fenced
+    ray.get(buffer.fail.remote(0, "a", "late", 0))
+    stats = ray.get(buffer.stats.remote())
+    assert (stats["late"], stats["produced"], stats["waiting"], stats["failed"], stats["leased"]) == (2, 0, 0, 0, 1)
+    ray.get(buffer.put_many.remote(0, [(group, GroupMeta("a", 0))], 1))  # the life that holds the lease
+    assert ray.get(buffer.stats.remote())["waiting"] == 1
     ray.kill(buffer)
 

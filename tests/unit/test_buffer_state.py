@@ -117,3 +117,21 @@ def test_a_stall_that_ended_with_a_batch_does_not_count_against_the_next_wait():
     s.staleness.set_version(1)
     assert s.no_progress(1, now=50.0) is None  # a new stall, not one 50 s old
     assert "no prompts are queued" in s.no_progress(1, now=60.0)
+
+
+def test_only_the_life_holding_a_lease_hands_its_group_over():
+    """The fence: a worker declared dead whose process lives on, or an earlier life of a restarted one, no longer
+    holds its prompts once they are requeued; what it hands over is late, counted, and touches nothing else."""
+    s = BufferState(batch_size=2, max_staleness=0)
+    s.feed(tasks(2))
+    a, b = s.lease(0, 2, life=0)
+    assert s.holds(0, a.id, 0) and not s.holds(0, a.id, 1) and not s.holds(1, a.id, 0)
+    assert s.requeue(0) == 2  # declared dead: its prompts go back, a new life begins
+    assert not s.holds(0, a.id, 0)
+    assert "without holding its lease" in s.late(0, a.id)  # the old process hands a group over anyway
+    assert [t.id for t in s.lease(0, 2, life=1)] == [a.id, b.id]  # the restarted worker takes them again
+    assert not s.holds(0, a.id, 0) and s.holds(0, a.id, 1)  # the old life still holds nothing
+    assert s.requeue(0, [a.id], life=0) == 0  # the old life's failed call gives back nothing of the new one's
+    finish(s, 0, a)
+    assert s.ledger.late == 1 and s.ledger.produced == 1 and s.staleness.running == 1
+    assert s.ledger.balanced(waiting=len(s.items))
