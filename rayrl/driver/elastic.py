@@ -82,10 +82,11 @@ class ElasticScaler:
             self.hold, self.window = True, (time.monotonic(), self._busy())
 
     def _forget_lost(self) -> None:
-        """Workers the fleet removed as lost (their node died): counted as leaves."""
+        """Workers the fleet removed as lost (their node died): counted as leaves, with the prompts requeued."""
         for index in [i for i in self.where if i not in self._indices()]:
-            node = self.where.pop(index)
-            self.leaves.append({"worker": f"rollout-{index}", "node": node, "why": "lost", "at": time.time()})
+            node, record = self.where.pop(index), self.fleet.lost.pop(index, {})
+            self.leaves.append({"worker": f"rollout-{index}", "node": node, "why": "lost",
+                                "requeued": record.get("requeued"), "at": record.get("at", time.time())})
             self.waiting_first.pop(index, None)
 
     def _leave_drained(self, draining: dict[str, float]) -> None:

@@ -28,6 +28,7 @@ class RolloutFleet:
         self.cfg, self.sync_timeout_s = rollout, sync_timeout_s
         self.recoveries: list[dict] = []  # when each death was seen and how long bringing it back took
         self.retired: list[dict] = []  # the loop totals of workers that left
+        self.lost: dict[int, dict] = {}  # workers that joined the running job and died: their remove() records
 
     @property
     def workers(self) -> list:
@@ -67,7 +68,7 @@ class RolloutFleet:
         if not dead:
             return False
         for slot in [s for s in dead if s.joined]:
-            self.remove(slot.index, "lost")
+            self.lost[slot.index] = self.remove(slot.index, "lost")
         dead = [s for s in self.dead() if not s.joined]
         if not dead:
             return True
@@ -205,5 +206,5 @@ class RolloutFleet:
                 workflow[k] = workflow.get(k, 0) + v
         totals = {k: sum(t[k] for t in per_worker) for k in per_worker[0]} | {"workflow": workflow}
         stats = ray.get(self.buffer.stats.remote())
-        keys = ("produced", "trained", "failed", "dropped_stale", "equal_rewards", "rejected", "requeued")
+        keys = ("produced", "trained", "failed", "dropped_stale", "equal_rewards", "rejected", "requeued", "late")
         return totals, {k: stats[k] for k in keys} | {"unused": stats["waiting"]}

@@ -160,6 +160,8 @@ def test_workers_join_new_nodes_leave_drained_and_lost_ones_and_nothing_is_lost(
     assert all(j["first_group_s"] is not None for j in joins), joins
     assert [(x["worker"], x["why"]) for x in leaves] == [("rollout-1", "drained"), ("rollout-2", "lost")], leaves
     assert leaves[0]["within_deadline"], leaves[0]
+    assert isinstance(leaves[1]["requeued"], int), leaves[1]  # the lost worker's prompts given back
+    assert summary["groups"]["late"] == 0  # no hand-over from a worker that no longer held its prompts
     assert fleet["size"] == 2  # the third node's worker, beside the placement group's
     trained = _nothing_lost(summary, run_dir, 700)
     # the joined workers generated with the current weights: at η = 0 every trained token is fresh, and each
