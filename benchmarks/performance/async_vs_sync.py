@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 import ray
+import torch
 from transformers import AutoConfig
 
 from benchmarks.common import as_repeats, benchmark_parser, merged_commit, print_table, pyplot, spread, write_result
@@ -49,8 +50,18 @@ CPU_CONFIG = "recipes/arithmetic_grpo.yaml"
 # batch (~34k tokens here) as one, 0.42 s a step against 0.48 s at 24576 and 0.52-0.80 s at 16384
 # (learner_mfu-20261204-093805, -000811); 1.5B, 24576 tokens with log-prob chunks as large, 51.5 % MFU
 # (learner_mfu-20261203-173043)
-MICRO_BATCHES = {"0.5b": ["learner.max_tokens_per_micro_batch=49152", "learner.logprob_chunk_tokens=8192"],
-                 "1.5b": ["learner.max_tokens_per_micro_batch=24576", "learner.logprob_chunk_tokens=24576"]}
+# tokens per micro-batch and per log-prob chunk, sized for a 141 GB H200 with the learner capped at 0.6 of it
+MICRO_BATCHES = {"0.5b": (49152, 8192), "1.5b": (24576, 24576)}
+
+
+def micro_batches(shape: str) -> list[str]:
+    """The learner's micro-batch for the shape, scaled down in 8,192-token steps on a card with less memory than
+    an H200 (an 80 GB H100 runs the 0.5B shape at 24,576 tokens: 49,152 ran out of memory there)."""
+    tokens, chunk = MICRO_BATCHES[shape]
+    if torch.cuda.is_available():
+        share = min(1.0, torch.cuda.get_device_properties(0).total_memory / 140e9)
+        tokens = max(8192, int(tokens * share) // 8192 * 8192)
+    return [f"learner.max_tokens_per_micro_batch={tokens}", f"learner.logprob_chunk_tokens={min(chunk, tokens)}"]
 
 
 def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128, shape: str = "0.5b",
@@ -64,7 +75,7 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128, shape: str 
               "vllm.enforce_eager=false", "vllm.max_model_len=512", "rollout.ignore_eos=true",
               f"rollout.max_new_tokens={max_new_tokens}", "rollout.batch_size=32", "rollout.group_size=8",
               "rollout.temperature=1.0", "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.compile=true",
-              *MICRO_BATCHES[shape], "learner.lr=1e-6", "algorithm.beta=0",
+              *micro_batches(shape), "learner.lr=1e-6", "algorithm.beta=0",
               "algorithm.dynamic_sampling=false", "data.eval_size=16", "sync.dtype=bfloat16"]
     if gpus == 1:  # at most 512 sequences decode at once: vLLM's CUDA graphs go up to 512 (above, a decode step runs
         # without them, and a sync's pause waits for such steps); at η = 0 the 256 of a step are all there is
