@@ -56,11 +56,12 @@ MICRO_BATCHES = {"0.5b": (49152, 8192), "1.5b": (24576, 24576)}
 
 def micro_batches(shape: str) -> list[str]:
     """The learner's micro-batch for the shape, scaled down in 8,192-token steps on a card with less memory than
-    an H200 (an 80 GB H100 runs the 0.5B shape at 24,576 tokens: 49,152 ran out of memory there)."""
+    an H200: on an 80 GB H100 the 0.5B shape at 24,576 tokens ran out of its 0.6 (47.5 GiB), so 16,384 there."""
     tokens, chunk = MICRO_BATCHES[shape]
     if torch.cuda.is_available():
-        share = min(1.0, torch.cuda.get_device_properties(0).total_memory / 140e9)
-        tokens = max(8192, int(tokens * share) // 8192 * 8192)
+        share = torch.cuda.get_device_properties(0).total_memory / 140e9
+        if share < 1.0:
+            tokens = max(8192, int(tokens * share * 0.75) // 8192 * 8192)
     return [f"learner.max_tokens_per_micro_batch={tokens}", f"learner.logprob_chunk_tokens={min(chunk, tokens)}"]
 
 
