@@ -57,6 +57,10 @@ class WeightBroadcaster:
         self.setup()
         return self.publish(self.version)
 
+    def set_learners(self, learner_group) -> None:
+        """The learner group after failover started it anew; the next rejoin() forms the sync group with it."""
+        self.learners = learner_group
+
     def set_rollouts(self, rollouts: list, names: list[str]) -> None:
         """The rollout workers after one joined or left; the next rejoin() forms the sync group with them."""
         self.rollouts, self.names = list(rollouts), list(names)

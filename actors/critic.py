@@ -10,15 +10,17 @@ from rayrl.batching import completion_values, place_completion_values
 from rayrl.config import Config
 from rayrl import components
 from rayrl.actors.ranks import RankGroup
+from rayrl.actors.state_copies import StateCopies
 
 
 @ray.remote
-class CriticWorker:
+class CriticWorker(StateCopies):
     def __init__(self, rank: int, world_size: int, cfg: Config, model_path: str, pad_id: int, num_threads: int,
                  master: tuple[str, int, str] | None = None) -> None:
         if cfg.learner.backend != "torch":
             init_process_group(cfg, rank, world_size, master)
         self.critic, self.pad_id = components.critic(cfg, model_path, num_threads), pad_id
+        self.rank, self.state_owner, self.copies = rank, self.critic, {}  # failover's copies (StateCopies)
 
     def values(self, refs: list[list[ray.ObjectRef]]) -> dict[str, list]:
         """The values of this rank's groups' completion tokens, per task id (a 1-D tensor per sample)."""

@@ -19,6 +19,7 @@ from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan
 from rayrl.group_refs import get_groups
 from rayrl.metrics import merge_rank_stats
 from rayrl.actors.ranks import RankGroup
+from rayrl.actors.state_copies import StateCopies
 from rayrl.rendezvous import init_method
 from rayrl.types import Batch, TrainResult, TrajectoryGroup
 
@@ -44,13 +45,14 @@ def fetch_batch(refs: list[list], pad_id: int) -> tuple[list[TrajectoryGroup], B
 
 
 @ray.remote
-class LearnerWorker:
+class LearnerWorker(StateCopies):
     def __init__(self, rank: int, world_size: int, cfg: Config, model_path: str, num_threads: int,
                  master: tuple[str, int, str] | None = None) -> None:
         self.rank, self.world_size, self.cfg = rank, world_size, cfg
         if cfg.learner.backend != "torch":
             init_process_group(cfg, rank, world_size, master)
         self.learner = components.learner(cfg, model_path, num_threads)
+        self.state_owner, self.copies = self.learner, {}  # failover's copies (StateCopies)
         self.pad_id = self.learner.tokenizer.pad_token_id
         self.transport, self.plan = None, None
         self.last_send: dict[str, float] = {}  # rank 0: the last weight send's time, and its parts

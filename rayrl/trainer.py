@@ -3,19 +3,23 @@ asynchronous step (rayrl.driver.run_loop), evaluate before and after, write the 
 
 from __future__ import annotations
 
+import logging
 import time
 
 import ray
 
-from rayrl import logs
+from rayrl import checkpoint, logs
 from rayrl.config import Config
 from rayrl.demo import prepare_models
 from rayrl.driver.actor_system import ActorSystem
 from rayrl.driver.run_directory import RunDirectory
+from rayrl.driver.failover import CopiesLost
 from rayrl.driver.run_loop import RunLoop
 from rayrl.faults import LearnerFailed, RunStopped
 from rayrl.placement.storage import check_shared
 from rayrl.preflight import preflight
+
+log = logging.getLogger("rayrl")
 
 
 class Trainer:
@@ -29,8 +33,16 @@ class Trainer:
         self.run_dir = RunDirectory(cfg.metrics, cfg.checkpoint)
 
     def run(self) -> dict:
-        """Train, evaluate, export, and return the summary (also written as summary.json)."""
-        t_start = time.perf_counter()
+        """Train, evaluate, export, and return the summary (also written as summary.json). A learner rank whose
+        in-memory copy died with it (learner failover) starts the run again from its last checkpoint."""
+        t_start, fallbacks = time.perf_counter(), []
+        while True:
+            try:
+                return self._run(t_start, fallbacks)
+            except CopiesLost as err:
+                fallbacks.append(self._fall_back(err))
+
+    def _run(self, t_start: float, fallbacks: list[dict]) -> dict:
         state = self.run_dir.begin(self.cfg)
         system = ActorSystem(self.cfg, self.run_dir.name, state, prepare_models(self.cfg))
         try:
@@ -38,13 +50,28 @@ class Trainer:
             run = RunLoop(self.cfg, system, self.run_dir, self.tasks, state)
             try:
                 totals = run.loop()
+            except CopiesLost:
+                run.reporter.close()  # the next attempt truncates its logs to the checkpoint
+                raise
             except Exception as err:
                 raise self._stopped(system, run.last_checkpoint, err) or err
             finally:
                 run.stop_request.uninstall()
-            return self._finish(system, run, totals, t_start)
+            return self._finish(system, run, totals, t_start, fallbacks)
         finally:
             system.close()
+
+    def _fall_back(self, err: CopiesLost) -> dict:
+        """The run's newest checkpoint becomes where it continues from; one message says which steps are lost."""
+        newest = checkpoint.find_resume("auto", self.run_dir.checkpoints)
+        if newest is None:
+            raise RunStopped(f"{err}; no checkpoint was written to fall back to (checkpoint.every_steps / "
+                             "every_minutes): the run stopped") from err
+        self.run_dir.resume_from = newest
+        step = checkpoint.load_state(newest).step
+        log.warning("%s: falling back to the checkpoint %s; the steps after %d are lost and trained again", err,
+                    newest, step)
+        return {"cause": str(err), "checkpoint": str(newest), "checkpoint_step": step}
 
     @staticmethod
     def _stopped(system, last_checkpoint: str | None, err: Exception) -> RunStopped | None:
@@ -62,7 +89,7 @@ class Trainer:
                  "it" if last_checkpoint else "no checkpoint was written (checkpoint.every_steps=0)")
         return RunStopped(f"{who} ({type(err).__name__}); the run stopped: {where}")
 
-    def _finish(self, system, run: RunLoop, totals: dict, t_start: float) -> dict:
+    def _finish(self, system, run: RunLoop, totals: dict, t_start: float, fallbacks: list[dict]) -> dict:
         cfg, fleet = self.cfg, run.fleet
         worker_totals, ledger = fleet.stop()
         acc_after = run.evaluate()
@@ -81,6 +108,7 @@ class Trainer:
             "mismatch": run.reporter.mismatch_summary(), "workflow": worker_totals["workflow"],
             "gateway": ray.get(system.gateway.stats.remote()) if system.gateway else {},
             "aborted_samples": worker_totals["aborted"], "skipped_steps": run.skipped_steps,
+            "learner_recoveries": run.failover.summary() if run.failover else [], "checkpoint_fallbacks": fallbacks,
             "max_staleness": cfg.rollout.max_staleness, "weight_sync": system.weight_sync,
             "nodes": system.placement.nodes(), "run_dir": str(self.run_dir.path), "model_path": system.model_path,
         }

@@ -235,6 +235,10 @@ class LearnerConfig(Section):
     lr_schedule: Literal["constant", "linear", "cosine"] = F("constant", "Decay after warm-up, to 0 at total_steps.")
     nonfinite: Literal["skip", "stop"] = F("skip", "A non-finite step is never applied; skip: counted; stop: stop.")
     process_group_timeout_s: float = F(600.0, "The ranks' collectives give up after it.", gt=0)
+    failover: bool | None = F(None, "A rank that dies: the group re-forms from in-memory copies of its training "
+                              "state and the run goes on; unset: on with more than one rank.")
+    failover_every_steps: int = F(1, "Steps between the in-memory copies (a death retrains the steps since).", ge=1)
+    failover_max_recoveries: int = F(3, "Rank deaths one run recovers from in memory; one more stops it.", ge=0)
     weight_decay: float = F(0.0, "AdamW weight decay.", ge=0)
     adam_betas: tuple[float, float] = Field((0.9, 0.999), strict=False, description="AdamW betas (a YAML list).")
     adam_eps: float = F(1e-8, "AdamW epsilon.", gt=0)
@@ -258,7 +262,15 @@ class LearnerConfig(Section):
     def _ranks(self) -> "LearnerConfig":
         if self.backend == "torch" and self.num_workers > 1:
             raise ValueError("learner.backend=torch is one rank; more need learner.backend=fsdp or deepspeed")
+        if self.failover and self.num_workers < 2:
+            raise ValueError("learner.failover=true keeps each rank's copy on a peer rank: it needs learner.num_workers "
+                             f">= 2 (got {self.num_workers})")
         return self
+
+    @property
+    def fails_over(self) -> bool:
+        """learner.failover, unset meaning on with more than one rank."""
+        return self.num_workers > 1 if self.failover is None else self.failover
 
 
 class LoraConfig(Section):

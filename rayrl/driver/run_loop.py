@@ -15,12 +15,13 @@ from rayrl.checkpoint import RunState
 from rayrl.config import Config
 from rayrl.data import stream_position
 from rayrl.driver.elastic import ElasticScaler
+from rayrl.driver.failover import LearnerFailover
 from rayrl.driver.fleet import RolloutFleet
 from rayrl.driver.prompts import PromptFeeder
 from rayrl.driver.reporter import StepReporter
 from rayrl.driver.reward_watch import RewardWatch
 from rayrl.driver.threads import ThreadBudget
-from rayrl.faults import RunStopped, StopRequest
+from rayrl.faults import LearnerFailed, RunStopped, StopRequest
 from rayrl.group_refs import get_groups
 from rayrl.progress import NoProgress
 from rayrl.rewards.combine import agreement
@@ -53,6 +54,8 @@ class RunLoop:
         self.threads = ThreadBudget(system) if not cfg.on_gpu and cfg.learner.threads is None else None
         self.skipped_steps = 0  # steps the learner did not apply: something was not finite
         self.stop_request = StopRequest()  # SIGTERM: checkpoint at the end of the step, then stop
+        self.failover = LearnerFailover(system, cfg.learner, lambda refs: self.train(0, refs),
+                                        cfg.learner.process_group_timeout_s) if cfg.learner.fails_over else None
 
     def _restore(self, state: RunState) -> None:
         """The learner (and critic) load the checkpoint, the rollout workers take its weights as its version, its
@@ -74,14 +77,14 @@ class RunLoop:
         samples = self.state.samples if self.state else 0
         self.feeder.feed_for(first - 1)
         self.fleet.start()
+        if self.failover:
+            self.failover.start(first - 1)
         t_loop, loop_samples, eval_s = time.perf_counter(), 0, 0.0
         for step in range(first, cfg.learner.total_steps + 1):
             t0 = time.perf_counter()
             refs = self.next_batch(step)
             t1 = time.perf_counter()
-            stats = self.train(step, refs)
-            t2 = time.perf_counter()
-            synced = self.fleet.sync()  # rollout workers and buffer move to the learner's step
+            stats, synced, t2 = self.learner_step(step, refs)
             t3 = time.perf_counter()
             if cfg.placement.mode == "colocate":
                 stats.update(self.fleet.sync_report())
@@ -101,13 +104,33 @@ class RunLoop:
             rec["elapsed_s"] = time.perf_counter() - t_loop - eval_s  # training time, evaluations left out
             self.reporter.step(rec, synced, sum(self.fleet.restarts))
             if self.checkpoint_due(step) or self.stop_request:
-                self.save_checkpoint(step, samples)
+                self.failing_over(step, lambda: self.save_checkpoint(step, samples))
+            if self.failover:
+                self.failover.trained_step(step, refs, stats)
             if self.stop_request and step < cfg.learner.total_steps:
                 raise RunStopped(f"stopped by signal {self.stop_request.signal} after step {step}; checkpoint "
                                  f"{self.last_checkpoint}; run the same command again (checkpoint.resume=auto) "
                                  "to continue", exit_code=128 + self.stop_request.signal)
         return {"samples": samples, "loop_s": time.perf_counter() - t_loop, "eval_s": eval_s,
                 "steps": cfg.learner.total_steps - first + 1}
+
+    def learner_step(self, step: int, refs: list) -> tuple[dict, object, float]:
+        """Train, then the rollout workers and buffer move to the learner's step; the stats, the sync and when
+        training ended."""
+        def both():
+            stats = self.train(step, refs)
+            return stats, self.fleet.sync(), time.perf_counter()
+        return self.failing_over(step, both)
+
+    def failing_over(self, step: int, fn):
+        """fn(); with learner failover, a rank that died re-forms its group and fn runs again."""
+        while True:
+            try:
+                return fn()
+            except LearnerFailed as err:
+                if self.failover is None:
+                    raise
+                self.failover.recover(err, step)
 
     def evaluate(self) -> float:
         """Held-out accuracy; reward failures are watched while it runs (it scores through the reward actors).

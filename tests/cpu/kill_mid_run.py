@@ -1,12 +1,19 @@
-"""A thread that kills a named restartable actor once its stats() say it is busy, then waits for Ray to bring it
-back: the served-model fault tests (reward models, teachers)."""
+"""Runs that tests kill parts of: a training run in a thread of the test process (Run), and a thread that kills a
+named restartable actor once its stats() say it is busy, then waits for Ray to bring it back (the served-model
+fault tests: reward models, teachers)."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import threading
 import time
+from pathlib import Path
 
 import ray
+
+from rayrl.trainer import train
 
 
 def kill_once_restarted(name: str, namespace: str, busy, pids: list[int], limit_s: float = 240) -> threading.Thread:
@@ -32,3 +39,53 @@ def kill_once_restarted(name: str, namespace: str, busy, pids: list[int], limit_
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _steps_done(run: Path) -> int:
+    return max((r["step"] for r in _lines(run / "metrics.jsonl") if "step" in r), default=0)
+
+
+class Run(threading.Thread):
+    """train(cfg) in a thread of the test process, on the test's cluster, so the test can kill its actors."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__(daemon=True)
+        self.cfg, self.summary, self.error = cfg, None, None
+        self.dir = Path(cfg.metrics.run_dir) / cfg.metrics.run_name
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.summary = train(self.cfg)
+        except BaseException as err:  # noqa: BLE001 - handed to the test
+            self.error = err
+
+    def kill_at(self, step: int, actor: str) -> int:
+        """Kill the named actor (Ray may restart it) once `step` is logged; returns the step it died after."""
+        while _steps_done(self.dir) < step:
+            assert self.is_alive(), f"the run ended before step {step}: {self.error!r}"
+            time.sleep(0.05)
+        ray.kill(ray.get_actor(actor, namespace=f"rayrl-{self.dir.name}"), no_restart=False)
+        return _steps_done(self.dir)
+
+    def finish(self, timeout_s: float = 600):
+        self.join(timeout_s)
+        assert not self.is_alive(), "the run did not finish"
+        return self.summary
+
+
+def sigkill_when(run: Run, step: int, names: list[str]) -> tuple[int, float]:
+    """SIGKILL the processes of the named actors (one after the other, at once) once `step` is logged; the step
+    they died after and the monotonic time of the kill."""
+    while _steps_done(run.dir) < step:
+        assert run.is_alive(), f"the run ended before step {step}: {run.error!r}"
+        time.sleep(0.05)
+    actors = [ray.get_actor(name, namespace=f"rayrl-{run.dir.name}") for name in names]
+    pids = ray.get([a.__ray_call__.remote(lambda self: os.getpid()) for a in actors])
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    return _steps_done(run.dir), time.monotonic()

@@ -3,53 +3,13 @@ nothing lost or doubled; a killed learner rank stops the run naming the checkpoi
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from pathlib import Path
 
 import pytest
 import ray
 
 from rayrl.faults import RunStopped
-from rayrl.trainer import train
-
-
-def _lines(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-def _steps_done(run: Path) -> int:
-    return max((r["step"] for r in _lines(run / "metrics.jsonl") if "step" in r), default=0)
-
-
-class Run(threading.Thread):
-    """train(cfg) in a thread of the test process, on the test's cluster, so the test can kill its actors."""
-
-    def __init__(self, cfg) -> None:
-        super().__init__(daemon=True)
-        self.cfg, self.summary, self.error = cfg, None, None
-        self.dir = Path(cfg.metrics.run_dir) / cfg.metrics.run_name
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.summary = train(self.cfg)
-        except BaseException as err:  # noqa: BLE001 - handed to the test
-            self.error = err
-
-    def kill_at(self, step: int, actor: str) -> int:
-        """Kill the named actor (Ray may restart it) once `step` is logged; returns the step it died after."""
-        while _steps_done(self.dir) < step:
-            assert self.is_alive(), f"the run ended before step {step}: {self.error!r}"
-            time.sleep(0.05)
-        ray.kill(ray.get_actor(actor, namespace=f"rayrl-{self.dir.name}"), no_restart=False)
-        return _steps_done(self.dir)
-
-    def finish(self, timeout_s: float = 600):
-        self.join(timeout_s)
-        assert not self.is_alive(), "the run did not finish"
-        return self.summary
+from tests.cpu.kill_mid_run import Run, _lines
 
 
 def test_killed_rollout_worker_and_reward_actor_come_back(ray_cluster, make_cfg):

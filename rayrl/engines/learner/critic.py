@@ -79,9 +79,15 @@ class Critic:
     def save(self, path: str) -> None:
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
-        self.backend.save(out)
         if self.dp.rank == 0:
-            torch.save({"scheduler": self.backend.scheduler.state_dict()}, out / STATE_FILE)
+            self.save_state(out)
+        else:
+            self.backend.save(out)
+
+    def save_state(self, out: Path) -> None:
+        """The backend's files and this rank's schedule (the in-memory copy learner failover keeps); collective."""
+        self.backend.save(out)
+        torch.save({"scheduler": self.backend.scheduler.state_dict()}, out / STATE_FILE)
 
     def load(self, path: str) -> None:
         self.backend.load(Path(path))

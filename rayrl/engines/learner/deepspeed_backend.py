@@ -35,8 +35,9 @@ def _safe_checkpoint_engine():
     from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
     from deepspeed.runtime.fp16.loss_scaler import LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
 
-    allowed = [ZeroStageEnum, LossScaler]  # the non-tensor types DeepSpeed's ZeRO checkpoints hold
+    allowed = [ZeroStageEnum, LossScaler, fragment_address]  # the non-tensor types ZeRO-2 and -3 checkpoints hold
 
     class WeightsOnlyCheckpointEngine(TorchCheckpointEngine):
         def load(self, path: str, map_location=None):

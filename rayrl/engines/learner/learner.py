@@ -234,10 +234,20 @@ class Learner:
         if self.dp.rank == 0:
             full = self.mode.export(self.backend.model, full, out)  # LoRA: its adapter directory, merged weights
             export_hf(full, self.hf_config, self.tokenizer, out)
-            torch.save({"version": self.version, "scheduler": self.backend.scheduler.state_dict(),
-                        "rng": torch.get_rng_state()}, out / STATE_FILE)
+            self._save_own_state(out)
         if dist.is_initialized():
             dist.barrier()
+
+    def save_state(self, out: Path) -> None:
+        """The training state alone, without the export: the backend's files and this rank's version, schedule
+        and RNG (the in-memory copy learner failover keeps); collective."""
+        self.reclaim()
+        self.backend.save(out)
+        self._save_own_state(out)
+
+    def _save_own_state(self, out: Path) -> None:
+        torch.save({"version": self.version, "scheduler": self.backend.scheduler.state_dict(),
+                    "rng": torch.get_rng_state()}, out / STATE_FILE)
 
     def load(self, path: str) -> None:
         out = Path(path)
