@@ -124,7 +124,7 @@ def test_job_submit_to_a_cluster_without_rayrl(deps_python, tmp_path, model_cach
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     dashboard = f"http://127.0.0.1:{ports['dashboard-port']}"
     runs = tmp_path / "runs"
-    entry = _recipe(python, model_cache, runs, "job", "learner.total_steps=20", "scheduler.type=ray")
+    entry = _recipe(python, model_cache, runs, "job", "learner.total_steps=8", "scheduler.type=ray")
     try:
         job, deadline = None, time.monotonic() + 180
         while job is None and time.monotonic() < deadline:  # the job agent takes a few seconds to come up
