@@ -237,7 +237,7 @@ class LearnerConfig(Section):
     process_group_timeout_s: float = F(600.0, "The ranks' collectives give up after it.", gt=0)
     failover: bool | None = F(None, "A rank that dies: the group re-forms from in-memory copies of its training "
                               "state and the run goes on; unset: on with more than one rank.")
-    failover_every_steps: int = F(1, "Steps between the in-memory copies (a death retrains the steps since).", ge=1)
+    failover_every_steps: int = F(10, "Steps between the in-memory copies (a death retrains the steps since).", ge=1)
     failover_max_recoveries: int = F(3, "Rank deaths one run recovers from in memory; one more stops it.", ge=0)
     weight_decay: float = F(0.0, "AdamW weight decay.", ge=0)
     adam_betas: tuple[float, float] = Field((0.9, 0.999), strict=False, description="AdamW betas (a YAML list).")
