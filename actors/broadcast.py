@@ -49,7 +49,9 @@ class WeightBroadcaster:
 
     def sync(self) -> WeightVersion:
         """Push the learner's weights to every rollout worker labelled with its step count, then tell the buffer."""
-        return self.publish(ray.get(self.learners.rank0.version.remote()))
+        version = wait_all([self.learners.rank0.version.remote()], self.learners.names[:1], "reading the version",
+                           self.cfg.sync.timeout_s, LearnerFailed)[0]  # a rank that died since its step: failover
+        return self.publish(version)
 
     def rejoin(self) -> WeightVersion:
         """After a rollout worker restarted: form the sync group anew with every worker and push the

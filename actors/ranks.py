@@ -69,19 +69,24 @@ class RankGroup:
         own = [w.take_copy.remote(step, keep_from) for w in self.workers]
         return [self.workers[(r + 1) % n].hold_copy.remote(r, step, own[r], keep_from) for r in range(n)]
 
-    def recoverable(self, dead: list[int]) -> dict[int, list[int]]:
+    def recoverable(self, dead: list[int]) -> tuple[dict[int, list[int]], list[int]]:
         """Per step that can be restored, the live rank holding each rank's copy of it (its own, or its right
-        neighbour's); a step whose copy of some rank died with its holders is left out."""
+        neighbour's; a step whose copy of some rank died with its holders is left out); and the dead ranks, those
+        found dead while asking included."""
         n = len(self.workers)
-        alive = [r for r in range(n) if r not in dead]
-        held = dict(zip(alive, ray.get([self.workers[r].copy_steps.remote() for r in alive])))
+        held = {}
+        for r in (r for r in range(n) if r not in dead):
+            try:
+                held[r] = ray.get(self.workers[r].copy_steps.remote())
+            except ray.exceptions.RayActorError:  # died since dead_ranks() looked: its copies are gone too
+                continue
         out = {}
         for step in sorted({s for h in held.values() for steps in h.values() for s in steps}):
             holders = [next((h for h in (r, (r + 1) % n) if step in held.get(h, {}).get(r, [])), None)
                        for r in range(n)]
             if None not in holders:
                 out[step] = holders
-        return out
+        return out, [r for r in range(n) if r not in held]
 
     def copies_of(self, step: int, holders: list[int]) -> list[ray.ObjectRef]:
         """Each rank's copy of `step`, from the rank recoverable() named."""

@@ -53,13 +53,17 @@ out=${OUT:-/tmp/gpu-out}; mkdir -p "$out"; touch "$out/.start"
 commit=${COMMIT:?set COMMIT to the commit of the tree that runs}
 quiet() { grep -v -E "INFO|WARNING|Warning|it/s\]|^\s*$" | tail -n "$1"; }
 summary=()
+keep_results() {  # this run's result files (not the checkout's older ones) into $out
+  find benchmarks/results \( -name '*.json' -o -name '*.png' \) -newer "$out/.start" -exec cp {} "$out/" \;
+}
 step() {  # step NAME TIMEOUT_S command...: run it, log to $out/NAME.log, remember its exit code
   local name=$1 limit=$2; shift 2
+  (while sleep 10; do keep_results; done) & local keeper=$!  # partial JSONs reach $out even if the call is cut off
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   local rc=$?
+  kill "$keeper" 2>/dev/null
   summary+=("$name rc=$rc")
-  find benchmarks/results \( -name '*.json' -o -name '*.png' \) -newer "$out/.start" -exec cp {} "$out/" \;  # this run's
-  # results only (not the checkout's older ones), kept even if a later step is killed
+  keep_results
   echo "== $name rc=$rc"; quiet 8 < "$out/$name.log"
 }
 

@@ -203,4 +203,5 @@ class BufferState:
         s = self.staleness
         return {"version": s.version, "accepted": s.accepted, "running": s.running, "waiting": len(self.items),
                 "queued": len(self.prompts), "leased": sum(len(v) for v in self.leases.values()),
+                "leased_by_worker": {w: len(v) for w, v in self.leases.items() if v},
                 **msgspec.structs.asdict(self.ledger)}

@@ -79,18 +79,21 @@ class LearnerFailover:
         dead = {g.names[0].split("-")[0]: g.dead_ranks() for g in self.groups}
         if not any(dead.values()):
             raise err
-        who = ", ".join(f"{role} rank {', '.join(map(str, ranks))}" for role, ranks in dead.items() if ranks)
         if len(self.recoveries) >= self.lc.failover_max_recoveries:
-            raise LearnerFailed(f"{who} died at step {step} after {len(self.recoveries)} recoveries "
+            raise LearnerFailed(f"{_who(dead)} died at step {step} after {len(self.recoveries)} recoveries "
                                 f"(learner.failover_max_recoveries)", err.name) from err
-        found = [g.recoverable(dead[g.names[0].split("-")[0]]) for g in self.groups]
-        steps = set(found[0]).intersection(*found[1:])
+        found = {}
+        for g in self.groups:  # ranks found dead while their copies are listed join the dead
+            role = g.names[0].split("-")[0]
+            found[role], dead[role] = g.recoverable(dead[role])
+        who = _who(dead)
+        steps = set.intersection(*(set(f) for f in found.values()))
         if not steps:
             raise CopiesLost(f"{who} died at step {step} and the in-memory copy of a rank died with its holders")
         back = max(steps)
         cause = (str(err).strip().splitlines() or [""])[-1][:300]  # the failure, without a remote traceback
         log.warning("%s died at step %d (%s); re-forming the group from the copies of step %d", who, step, cause, back)
-        for g, holders in zip(self.groups, found):
+        for g, holders in zip(self.groups, found.values()):
             g.reform(back, g.copies_of(back, holders[back]), self.timeout_s)
         again = [t for t in self.trained if t[0] > back]
         equal = all(self.apply(refs).get("loss") == loss for _, refs, loss in again)
@@ -104,3 +107,8 @@ class LearnerFailover:
 
     def summary(self) -> list[dict]:
         return [asdict(r) for r in self.recoveries]
+
+
+def _who(dead: dict[str, list[int]]) -> str:
+    """'learner rank 0, 1' for the dead ranks of each role."""
+    return ", ".join(f"{role} rank {', '.join(map(str, ranks))}" for role, ranks in dead.items() if ranks)

@@ -73,8 +73,7 @@ class RolloutFleet:
         if not dead:
             return True
         seen_at, t0 = time.time(), time.perf_counter()
-        for slot in dead:
-            ray.get(self.buffer.requeue.remote(slot.index))  # counted in the buffer's ledger
+        requeued = {slot.index: ray.get(self.buffer.requeue.remote(slot.index)) for slot in dead}  # in the ledger
         deadline = time.monotonic() + self.cfg.restart_timeout_s
         for slot in dead:
             self._await_restart(slot, deadline)
@@ -83,7 +82,8 @@ class RolloutFleet:
             slot.restarts += 1
             ray.get(slot.handle.mark_restart.remote(slot.restarts))
             slot.loop = slot.handle.run.remote()
-            self.recoveries.append({"worker": slot.name, "seen_at": seen_at, "heal_s": time.perf_counter() - t0})
+            self.recoveries.append({"worker": slot.name, "seen_at": seen_at, "heal_s": time.perf_counter() - t0,
+                                    "requeued": requeued[slot.index]})
             log.info("%s restarted (restart %d); rejoined at the current weights, its prompts requeued",
                      slot.name, slot.restarts)
         return True

@@ -3,7 +3,9 @@ added mid-run gets a rollout worker that holds the current weights and produces 
 with a deadline) it leaves within the deadline; a second node added and then killed without notice takes its
 worker, the run goes on, and a third node replaces it. Nothing is lost or trained twice, and every step's samples
 score as the learner does. A second run, asynchronous with generation ahead of training, sees its joined worker
-leave as idle and no worker start again while generation stays ahead."""
+leave as idle and no worker start again while generation stays ahead. A third freezes a joined worker's node
+(SIGSTOP) while it holds prompts until Ray declares the node dead, then wakes the worker for 3 s before its
+raylet: its hand-overs for the requeued prompts are dropped and counted as late, and the run ends normally."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # its own process: the test session already has a (one-node) cluster, and a process joins only one
 SCRIPT = r"""
-import json, sys, threading, time
+import json, signal, sys, threading, time
+import psutil
 import ray
 from ray.cluster_utils import Cluster
 from ray.core.generated import autoscaler_pb2
@@ -28,7 +31,10 @@ from rayrl.trainer import train
 
 cfg = load_config(None, sys.argv[3:])
 head_cpus = PlacementPlan(cfg).total_cpus  # the run's placement group fills the head: no room for a second worker
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "include_dashboard": False})
+# a frozen node is declared dead after 5 missed health checks a second apart (the default waits about 30 s)
+checks = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000, "health_check_failure_threshold": 5}
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "include_dashboard": False,
+                                                        "_system_config": checks if sys.argv[2] == "frozen" else {}})
 ray.init(address=cluster.address)
 metrics = sys.argv[1]
 events = []
@@ -102,6 +108,43 @@ def idle_scenario():
     except Exception as err:
         events.append({"error": repr(err)})
 
+def node_processes(node):  # the node's raylet and agents and every process they started (workers, engines)
+    roots = [psutil.Process(info.process.pid) for infos in node.all_processes.values() for info in infos]
+    return {p.pid: p for root in roots for p in [root, *root.children(recursive=True)]}
+
+def signal_all(procs, sig):
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+def frozen_scenario():
+    try:
+        wait_for(lambda: (last("step") or 0) >= 3)
+        node = join_a_node("rollout-1")
+        buffer = ray.get_actor("buffer", namespace=f"rayrl-{run.metrics.run_name}")
+        procs = node_processes(node)
+        for _ in range(1000):  # frozen at a moment rollout-1 holds prompts (a stopped worker hands none over)
+            signal_all(procs.values(), signal.SIGSTOP)
+            held = ray.get(buffer.stats.remote())["leased_by_worker"].get(1, 0)
+            if held:
+                break
+            signal_all(procs.values(), signal.SIGCONT)
+            time.sleep(0.02)
+        events.append({"frozen": node.node_id, "held": held, "at": time.time()})
+        wait_for(lambda: last("fleet_size") == 1)  # Ray declared the node dead; the fleet requeued its prompts
+        raylet = node.all_processes["raylet"][0].process.pid
+        signal_all([p for pid, p in procs.items() if pid != raylet], signal.SIGCONT)  # the worker wakes, cut off
+        time.sleep(3)
+        signal_all(procs.values(), signal.SIGCONT)  # the raylet learns it was declared dead and exits
+        cluster.remove_node(node, allow_graceful=False)
+        start = last("step")
+        wait_for(lambda: last("step") >= start + 4)  # the run goes on after the wake-up
+        events.append({"done": True, "at": time.time()})
+    except Exception as err:
+        events.append({"error": repr(err)})
+
 def steps_after(step):
     recs = [json.loads(l) for l in open(metrics).read().splitlines() if l.endswith("}")]
     return [r for r in recs if r.get("step", 0) > step]
@@ -110,7 +153,7 @@ out = {}
 run = load_config(None, sys.argv[3:] + ["scheduler.type=ray", f"scheduler.address={cluster.address}"])
 trainer = threading.Thread(target=lambda: out.update(train(run)))  # nodes start from the main thread (signals)
 trainer.start()
-{"main": scenario, "idle": idle_scenario}[sys.argv[2]]()
+{"main": scenario, "idle": idle_scenario, "frozen": frozen_scenario}[sys.argv[2]]()
 trainer.join()
 summary = out
 print("RESULT " + json.dumps({"summary": {k: summary[k] for k in ("steps", "groups", "fleet")}, "events": events}))
@@ -190,3 +233,17 @@ def test_a_joined_worker_leaves_when_generation_runs_ahead_and_none_starts_while
     assert fleet["size"] == 1
     _nothing_lost(summary, run_dir, 200)
     print(f"idle worker left after a window with each worker busy {fleet['leaves'][0]['busy_share']:.0%}")
+
+
+def test_a_frozen_node_declared_dead_hands_over_nothing_when_it_wakes(tmp_path, model_cache):
+    run_dir = tmp_path / "frozen"
+    summary, events = _run(run_dir, "frozen", model_cache, 700, "rollout.max_staleness=0")
+    held = [e["held"] for e in events if "frozen" in e]
+    assert held and held[0] > 0, events
+    leaves = summary["fleet"]["leaves"]
+    assert [(x["worker"], x["why"]) for x in leaves] == [("rollout-1", "lost")], leaves
+    assert leaves[0]["requeued"] >= held[0], leaves  # what it held at the freeze went back to the queue
+    g = summary["groups"]
+    assert 1 <= g["late"] <= leaves[0]["requeued"], g  # its hand-overs after the wake-up: dropped and counted
+    _nothing_lost(summary, run_dir, 700)
+    print(f"frozen holding {held[0]} prompts; {leaves[0]['requeued']} requeued; {g['late']} late hand-overs dropped")
