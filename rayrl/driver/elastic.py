@@ -152,6 +152,10 @@ class ElasticScaler:
     def summary(self) -> dict:
         return {"size": len(self.table.slots), "joins": self.joins, "leaves": self.leaves}
 
+    def counts(self) -> dict:
+        """How many workers joined and left so far, for each step's metrics."""
+        return {"fleet_joins": len(self.joins), "fleet_leaves": len(self.leaves)}
+
 
 def _start_failure(ready) -> str | None:
     """Why a started worker's health() call failed (its constructor raised, its node died), or None."""

@@ -22,6 +22,7 @@ class RewardWatch:
         self.rewards, self.cfg, self.run_dir, self.period_s, self.models = rewards, reward, run_dir, period_s, models
         self.teacher, self.teachers = teacher or TeacherConfig(), teachers
         self.last_check = 0.0
+        self.last_usage: dict = {}  # the models' totals at the last step_usage()
 
     def check(self) -> dict[str, int]:
         """Failed samples by reason so far; raises RunStopped once failures pass a bound."""
@@ -48,6 +49,14 @@ class RewardWatch:
                          self.cfg.model.timeout_s)
         calls = sum(a["calls"] for a in ray.get([a.stats.remote() for a in self.rewards]))
         return {**totals, "reward_calls": calls}
+
+    def step_usage(self) -> dict:
+        """Since the last call: with a reward model, its engine calls beside the reward actors' calls (batching's
+        measure) and its busy seconds; with a teacher, its engine calls, tokens and busy seconds."""
+        now = {**({f"reward_model_{k}": v for k, v in self.usage().items()} if self.models else {}),
+               **({f"teacher_{k}": v for k, v in self.teacher_usage().items()} if self.teachers else {})}
+        last, self.last_usage = self.last_usage, now
+        return {k: now[k] - last.get(k, 0) for k in now if not k.endswith(("_requests", "_unparsable"))}
 
     def teacher_usage(self) -> dict:
         """The teachers' totals: engine calls, tokens scored, busy seconds (a restarted one counts from zero)."""

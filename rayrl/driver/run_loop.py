@@ -42,7 +42,6 @@ class RunLoop:
         self.watch = RewardWatch(system.rewards, cfg.reward, run_dir, cfg.rollout.queue_check_s, system.reward_models,
                                  cfg.teacher, system.teachers)
         self.agreements: list[float | None] = []  # the reward model's agreement with the rule, per evaluation
-        self.model_usage = {}  # the reward models' totals at the last step
         self.state = state
         self.last_checkpoint = str(run_dir.resume_from) if state else None
         self.last_saved = time.monotonic() if state else None  # a resumed run starts from a checkpoint
@@ -90,11 +89,12 @@ class RunLoop:
                 stats.update(self.fleet.sync_report())
             self.feeder.feed_for(step)
             samples, loop_samples = samples + stats["samples"], loop_samples + stats["samples"]
-            rec = {"step": step, **stats, "reward_failures": self.watch.check(), **self.model_step(),
+            rec = {"step": step, **stats, "reward_failures": self.watch.check(), **self.watch.step_usage(),
                    "sampled_reward_mean": self.feeder.sampled_reward(stats["reward_mean"], stats["samples"]),
                    "wait_s": t1 - t0, "train_s": t2 - t1, "sync_s": synced.seconds, "sync_pause_s": synced.pause_s,
                    **{f"sync_{k}": v for k, v in synced.hold.items()}, "step_s": t3 - t0,
-                   "samples_per_s": loop_samples / (t3 - t_loop), **self.fleet_counts()}
+                   "samples_per_s": loop_samples / (t3 - t_loop), "fleet_size": len(self.fleet.workers),
+                   **(self.scaler.counts() if self.scaler else {})}
             if cfg.eval.every_steps and step % cfg.eval.every_steps == 0 and step < cfg.learner.total_steps:
                 t_eval = time.perf_counter()
                 rec["eval_accuracy"] = self.evaluate()
@@ -140,21 +140,6 @@ class RunLoop:
         if self.system.reward_models:
             self.agreements.append(agreement(samples, self.cfg.reward.model.kind))
         return accuracy
-
-    def model_step(self) -> dict:
-        """With a reward model: its engine calls this step beside the reward actors' calls (batching's measure), and
-        its busy seconds (against generation's); with a teacher, its engine calls, tokens and busy seconds."""
-        now = {**({f"reward_model_{k}": v for k, v in self.watch.usage().items()} if self.system.reward_models else {}),
-               **({f"teacher_{k}": v for k, v in self.watch.teacher_usage().items()} if self.system.teachers else {})}
-        last, self.model_usage = self.model_usage, now
-        return {k: now[k] - last.get(k, 0) for k in now if not k.endswith(("_requests", "_unparsable"))}
-
-    def fleet_counts(self) -> dict:
-        """The rollout workers now, and (rollout.fleet=elastic) how many joined and left so far."""
-        out = {"fleet_size": len(self.fleet.workers)}
-        if self.scaler:
-            out.update(fleet_joins=len(self.scaler.joins), fleet_leaves=len(self.scaler.leaves))
-        return out
 
     def look_at_the_fleet(self) -> None:
         """Dead workers come back (or, joined ones, leave); rollout.fleet=elastic: nodes drained, nodes with room."""
