@@ -125,8 +125,9 @@ def frozen_scenario():
         node = join_a_node("rollout-1")
         buffer = ray.get_actor("buffer", namespace=f"rayrl-{run.metrics.run_name}")
         procs = node_processes(node)
-        for _ in range(1000):  # frozen at a moment rollout-1 holds prompts (a stopped worker hands none over)
+        for _ in range(100):  # frozen at a moment rollout-1 holds prompts (a stopped worker hands none over)
             signal_all(procs.values(), signal.SIGSTOP)
+            time.sleep(1)  # a hand-over already on its way lands first
             held = ray.get(buffer.stats.remote())["leased_by_worker"].get(1, 0)
             if held:
                 break

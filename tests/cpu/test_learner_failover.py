@@ -1,7 +1,8 @@
 """Learner failover on 2 gloo ranks: a rank SIGKILLed mid-run, the group re-forms from the in-memory copies and the
 run finishes with the same per-step metrics and final weights, bit for bit, as a run that never broke (η = 0,
-learner.threads=1 and dynamic sampling off: the settings of an exact resume). Both ranks killed at once: their
-copies are gone, and the run falls back to its checkpoint on disk, trains nothing twice and finishes."""
+learner.threads=1 and dynamic sampling off: the settings of an exact resume). A PPO critic rank killed: both groups
+re-form and the steps since are trained again with the same losses. Both ranks killed at once: their copies are
+gone, and the run falls back to its checkpoint on disk, trains nothing twice and finishes."""
 
 from __future__ import annotations
 
@@ -77,3 +78,18 @@ def test_both_ranks_killed_fall_back_to_the_checkpoint_and_train_nothing_twice(r
     assert len(ids) == len(set(ids)) == 10 * 4
     assert [r["step"] for r in _lines(run.dir / "metrics.jsonl") if "step" in r] == list(range(1, 11))
     assert json.loads((run.dir / "summary.json").read_text())["steps"] == 10
+
+
+def test_a_killed_critic_rank_re_forms_both_groups(ray_cluster, make_cfg):
+    run = Run(make_cfg("metrics.run_name=critic-killed", "algorithm.type=ppo", "learner.backend=fsdp",
+                       "learner.num_workers=2", "learner.threads=1", "rollout.max_staleness=0", "rollout.batch_size=4",
+                       "data.eval_size=8", "learner.total_steps=8", "learner.failover_every_steps=2",
+                       "sync.timeout_s=60"))
+    killed_after, _ = sigkill_when(run, 3, ["critic-1"])
+    summary = run.finish()
+    assert run.error is None, run.error
+    [rec] = summary["learner_recoveries"]
+    assert rec["dead"] == {"learner": [], "critic": [1]} and rec["failed_at_step"] == killed_after + 1, rec
+    assert rec["restored_step"] <= killed_after and rec["restored_step"] % 2 == 0 and rec["retrained_equal"], rec
+    ids = [t for r in _lines(run.dir / "trained.jsonl") for t in r["tasks"]]
+    assert summary["steps"] == 8 and len(ids) == len(set(ids)) == 8 * 4
