@@ -1,6 +1,6 @@
 """A rank's training state as bytes in memory, and back: what learner failover keeps off the rank. The backend's
-own checkpoint code writes it (so a copy restores exactly as a checkpoint does), into a temporary directory in
-memory (/dev/shm where the machine has it) that is read back and removed."""
+own checkpoint code writes it (so a copy restores exactly as a checkpoint does), into a temporary directory that
+is read back and removed."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-_IN_MEMORY = "/dev/shm" if Path("/dev/shm").is_dir() else None  # measured a third faster than a disk directory
 StateFiles = dict[str, bytes]  # path relative to the checkpoint directory -> the file's bytes
 
 
 def take_copy(save_state: Callable[[Path], None]) -> StateFiles:
     """save_state(directory) (collective on sharded backends), the files it wrote as bytes."""
-    with tempfile.TemporaryDirectory(prefix="rayrl-state-", dir=_IN_MEMORY) as tmp:
+    with tempfile.TemporaryDirectory(prefix="rayrl-state-") as tmp:
         root = Path(tmp)
         save_state(root)
         return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
@@ -23,7 +22,7 @@ def take_copy(save_state: Callable[[Path], None]) -> StateFiles:
 def restore_copy(copies: list[StateFiles], rank: int, load: Callable[[Path], None]) -> None:
     """Every rank's files in one directory, this rank's own written last (its per-rank state file wins where names
     meet), then load(directory) (collective on sharded backends)."""
-    with tempfile.TemporaryDirectory(prefix="rayrl-state-", dir=_IN_MEMORY) as tmp:
+    with tempfile.TemporaryDirectory(prefix="rayrl-state-") as tmp:
         root = Path(tmp)
         for r in [*(r for r in range(len(copies)) if r != rank), rank]:
             for name, data in copies[r].items():
