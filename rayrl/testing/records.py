@@ -15,9 +15,20 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"  # a checkout or an editable install
 
 
+def cpu_model() -> str:
+    """The host CPU's model name: a host-bound decode loop's speed depends on it (Linux; else platform's guess)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def machine() -> dict:
-    info = {"host": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version()}
+    info = {"host": platform.node(), "cpus": os.cpu_count(), "cpu_model": cpu_model(),
+            "platform": platform.platform(), "python": platform.python_version()}
     try:
         import torch
 
