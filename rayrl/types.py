@@ -13,6 +13,7 @@ class Task(msgspec.Struct, frozen=True):
     id: str
     prompt: str
     answer: str
+    images: tuple[bytes, ...] = ()  # PNG bytes (rayrl.data.images.to_png), one per placeholder in the prompt
 
 
 class GenerationRequest(msgspec.Struct):

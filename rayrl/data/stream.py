@@ -26,7 +26,7 @@ class PromptStream:
         out = []
         for _ in range(n):
             t = next(self._tasks)
-            out.append(Task(f"{t.id}{SEP}{self.fed}", t.prompt, t.answer))
+            out.append(Task(f"{t.id}{SEP}{self.fed}", t.prompt, t.answer, t.images))
             self.fed += 1
         return out
 
