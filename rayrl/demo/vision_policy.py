@@ -28,7 +28,8 @@ def qwen2_vl_config(tokenizer, hidden_size: int, intermediate_size: int, num_lay
                     num_kv_heads: int, vision_depth: int, vision_dim: int) -> Qwen2VLConfig:
     start, pad, end = tokenizer.convert_tokens_to_ids(VISION_TOKENS)
     head_dim = hidden_size // num_heads
-    section = [head_dim // 8, head_dim // 8 * 3 // 2, head_dim // 8 * 3 // 2]  # t, h, w: halves of the rotary dims
+    # M-RoPE: the head_dim / 2 rotary frequencies split between time, height and width, 2 : 3 : 3 as in Qwen2-VL
+    section = [head_dim // 8, head_dim // 8 * 3 // 2, head_dim // 8 * 3 // 2]
     section[0] += head_dim // 2 - sum(section)
     text = dict(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
                 num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
@@ -37,7 +38,7 @@ def qwen2_vl_config(tokenizer, hidden_size: int, intermediate_size: int, num_lay
                 rope_parameters={"rope_type": "default", "mrope_section": section, "rope_theta": 10000.0})
     vision = dict(depth=vision_depth, embed_dim=vision_dim, hidden_size=hidden_size, num_heads=2, patch_size=14,
                   spatial_merge_size=2, temporal_patch_size=2)
-    return Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=pad, video_token_id=pad,
+    return Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=pad, video_token_id=pad,  # no video
                          vision_start_token_id=start, vision_end_token_id=end, tie_word_embeddings=True)
 
 
