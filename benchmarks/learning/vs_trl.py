@@ -153,7 +153,7 @@ def main() -> None:
     args.overrides = [*CONFIGS[args.config], *args.overrides]
     cfg = load_config(RECIPE, [*SAME, *args.overrides])
     model_path = prepare_models(cfg).policy
-    systems, runs = args.systems.split(","), []
+    systems, runs, partial = args.systems.split(","), [], None
     seeds = [int(x) for x in args.seeds.split(",") if x]
     for rep in range(args.repeats):
         seed = seeds[rep % len(seeds)] if seeds else cfg.learner.seed
@@ -169,6 +169,13 @@ def main() -> None:
             else:
                 run = run_rayrl(system, steps, args.eval_every, [*args.overrides, *seeded])
             runs.append({"repeat": rep, "seed": seed, "steps": steps, **run, "final_accuracy": run["curve"][-1][1]})
+            print(f"repeat {rep} {system}: final accuracy {runs[-1]['final_accuracy']:.3f}, "
+                  f"{run['wall_s']:.1f} s", flush=True)
+            # every finished run kept on disk at once: a run cut off later (a device call's limit) loses only itself
+            partial = write_result("vs_trl-partial", {"config": args.config, "overrides": args.overrides, "runs": runs},
+                                   args.commit, path=partial)
+    if partial:
+        partial.unlink()
     report_cpu(args, cfg, systems, runs, seeds)
 
 
