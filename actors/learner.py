@@ -17,6 +17,7 @@ from rayrl.engines.device_memory import PeakMemory
 from rayrl.engines.registry import transport_plan
 from rayrl.engines.transport.base import BucketPlan, GroupInfo, TensorSpec, plan_buckets
 from rayrl.group_refs import get_groups
+from rayrl.image_refs import with_images
 from rayrl.metrics import merge_rank_stats
 from rayrl.actors.ranks import RankGroup
 from rayrl.actors.state_copies import StateCopies
@@ -40,7 +41,7 @@ def init_process_group(cfg: Config, rank: int, world_size: int, master: tuple[st
 
 def fetch_batch(refs: list[list], pad_id: int) -> tuple[list[TrajectoryGroup], Batch]:
     """A rank's groups straight from the object store (their places, rayrl.group_refs), collated."""
-    groups = get_groups(refs)
+    groups = with_images(get_groups(refs))  # a task's images fetched once per group, not per sample
     return groups, collate(groups, pad_id)
 
 

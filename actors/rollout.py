@@ -19,6 +19,7 @@ from rayrl.coalesce import Coalescer
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.device_memory import device_used_gb
+from rayrl.image_refs import task_images
 from rayrl.metrics import RayMetrics
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.rewards.combine import unscored
@@ -51,7 +52,8 @@ class RolloutWorker:
         self.workflow = components.workflow(cfg, search_path)
         r = cfg.rollout
         max_context = self.engine.max_context or 1 << 30
-        common = dict(template=template, max_context=max_context, gateway=gateway, gateway_url=gateway_url, worker=index)
+        common = dict(template=template, max_context=max_context, gateway=gateway, gateway_url=gateway_url, worker=index,
+                      images=task_images)
         self.train_engine = EpisodeEngine(self.generate, self._score_to_train,
                                           sampling=Sampling(r.group_size, r.temperature, r.max_new_tokens, r.seed,
                                                             r.ignore_eos), **common)
@@ -94,7 +96,8 @@ class RolloutWorker:
     async def generate_groups(self, tasks: list[Task], n: int, temperature: float) -> list[TrajectoryGroup]:
         """n samples per task, unscored, one engine call (no workflow: the raw single-turn path)."""
         requests = [GenerationRequest(t.id, self.template.encode(t), n, self.cfg.rollout.max_new_tokens,
-                                      temperature, seed=request_seed(self.cfg.rollout.seed, t.id)) for t in tasks]
+                                      temperature, seed=request_seed(self.cfg.rollout.seed, t.id),
+                                      images=await task_images(t)) for t in tasks]
         samples = await self.generate(requests)
         by_id: dict[str, list] = {t.id: [] for t in tasks}
         for s in samples:

@@ -39,8 +39,9 @@ def collate(groups: list[TrajectoryGroup], pad_id: int) -> Batch:
     if rows and all(s.teacher_logprobs is not None for s in rows):
         teacher = torch.zeros(seq.shape)
         teacher[completion] = _flat((s.teacher_logprobs for s in rows), np.float32)
+    images = [g.task.images for g in groups for _ in g.samples] if any(g.task.images for g in groups) else None
     return Batch(ids, seq.long(), loss_mask, behav, versions, rewards, group_index, truncated,
-                 teacher_logprobs=teacher)
+                 teacher_logprobs=teacher, images=images)
 
 
 def completion_values(batch: Batch, values: torch.Tensor, groups: list[TrajectoryGroup]) -> dict[str, list[torch.Tensor]]:

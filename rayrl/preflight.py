@@ -127,7 +127,9 @@ def check_lora(cfg: Config) -> None:
     if not cfg.lora.enabled:
         return
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
+
+    from rayrl.models.policy import model_class
 
     if cfg.model.path:
         config = AutoConfig.from_pretrained(str(Path(cfg.model.path).expanduser()))
@@ -135,7 +137,7 @@ def check_lora(cfg: Config) -> None:
         tokenizer = build_char_tokenizer() if cfg.data.task == "arithmetic" else build_chat_tokenizer()
         config = qwen2_config(cfg.demo, len(tokenizer), tokenizer)
     with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(config)
+        skeleton = model_class(config).from_config(config)
     try:
         check_targets(skeleton, cfg.lora.target_modules)
     except (ImportError, ValueError) as err:

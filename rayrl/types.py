@@ -14,6 +14,13 @@ class Task(msgspec.Struct, frozen=True):
     prompt: str
     answer: str
     images: tuple[bytes, ...] = ()  # PNG bytes (rayrl.data.images.to_png), one per placeholder in the prompt
+    # the same images once in Ray's object store (a ref to the tuple), images then empty: what the driver feeds,
+    # so a group's samples, the reward and the learner share one stored copy (rayrl.data.image_refs)
+    image_ref: Any = None
+
+    @property
+    def has_images(self) -> bool:
+        return bool(self.images) or self.image_ref is not None
 
 
 class GenerationRequest(msgspec.Struct):
@@ -27,6 +34,7 @@ class GenerationRequest(msgspec.Struct):
     ignore_eos: bool = False  # generate exactly max_new_tokens (benchmarks, interruption tests)
     timeout_s: float | None = None  # None: rollout.request_timeout_s; past it the request is aborted
     seed: int | None = None  # sample i draws from a stream seeded by (seed, i); None: the engine's own stream
+    images: tuple[bytes, ...] = ()  # the task's PNG images, one per placeholder in prompt_ids (not yet expanded)
 
 
 class Sample(msgspec.Struct):
@@ -37,7 +45,7 @@ class Sample(msgspec.Struct):
     completion_ids: list[int]
     logprobs: list[float]
     versions: list[int]
-    finish_reason: str  # "stop" (EOS), "length", or "abort"
+    finish_reason: str  # "stop" (EOS), "length", "abort", or "markup" (drew image markup, ended before it)
     text: str = ""
     reward: float = 0.0
     reward_status: str = "pending"  # "ok", or why not: "error", "timeout", "non_finite", "wrong_type"
@@ -109,6 +117,10 @@ class Batch(msgspec.Struct):
     prox_logprobs: Any = None
     ref_logprobs: Any = None
     teacher_logprobs: Any = None  # [B, T] float aligned with loss_mask, when every sample has the teacher's
+    images: Any = None  # [B] each row's task images (a tuple of PNG bytes, shared by a group's rows), if any has
+    # vision-language policies (rayrl.models.vision.attach_images): each row's image inputs and [3, B, T] positions
+    image_inputs: Any = None
+    rope_positions: Any = None
 
 
 class TrainResult(msgspec.Struct):

@@ -65,13 +65,16 @@ class DemoConfig(Section):
     judge_warmup_lr: float = F(3e-4, "Their learning rate (1e-3 stalled at 0.7 of held-out verdicts right).", gt=0)
     seed: int = F(0, "Initialisation and warm-up seed.")
     device: Literal["cpu", "cuda"] = F("cpu", "Where the warm-up runs; cuda (bf16 autocast) for the larger shapes.")
+    vision_depth: int = F(2, "visual_arithmetic: the vision tower's blocks.", ge=1)
+    vision_dim: int = F(32, "visual_arithmetic: the vision tower's width.", ge=8)
     cache_dir: str = F("~/.cache/rayrl/models", "Built models are cached here by a hash of their settings.")
 
 
 class DataConfig(Section):
     """The task's prompts and answers."""
 
-    task: Literal["arithmetic", "gsm8k", "word_problems"] = F("arithmetic", "sums; gsm8k; word_problems (agent).")
+    task: Literal["arithmetic", "gsm8k", "word_problems", "visual_arithmetic"] = F(
+        "arithmetic", "sums; gsm8k; word_problems (agent); visual_arithmetic (the sum drawn in an image).")
     path: str | None = F(None, "gsm8k: a local JSONL of {question, answer} lines; unset reads hf_dataset.")
     hf_dataset: str = F("openai/gsm8k", "gsm8k without path: the Hugging Face dataset.")
     ops: list[Literal["+", "-", "*"]] = F(["+"], "arithmetic: the operations (at least one).", min_length=1)
@@ -248,6 +251,7 @@ class LearnerConfig(Section):
     max_tokens_per_micro_batch: int = F(8192, "Micro-batches of at most this many tokens (one sequence fits).", ge=1)
     pack_sequences: bool | None = F(None, "Padding-free packing; unset: packed on GPU (varlen attention), padded.")
     share_prompts: bool | None = F(None, "A group's prompt run once per padded row (CPU); unset: on where allowed.")
+    train_vision: bool = F(False, "Vision-language policies: train the vision tower too (frozen by default).")
     logprob_chunk_tokens: int = F(4096, "fp32 logit rows at once when scoring (one chunk: kept for backward).", ge=1)
     dtype: Literal["float32", "bfloat16"] = F("float32", "bfloat16: bf16 compute, fp32 masters and reductions.")
     zero_stage: Literal[2, 3] = F(3, "DeepSpeed's ZeRO stage.")

@@ -11,6 +11,10 @@ def load_tasks(cfg: DataConfig) -> tuple[list[Task], list[Task]]:
         from rayrl.data.arithmetic import split
 
         return split(cfg)
+    if cfg.task == "visual_arithmetic":
+        from rayrl.data.visual_arithmetic import split_visual
+
+        return split_visual(cfg.min_operand, cfg.max_operand, cfg.eval_size, cfg.seed)
     if cfg.task == "word_problems":
         from rayrl.data.word_problems import split_word_problems
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,7 +25,8 @@ from rayrl.workflows.tools import calculator
 
 def _build_hash(demo: DemoConfig, data: DataConfig) -> str:
     key = {
-        "build": demo.model_dump(exclude={"cache_dir", "judge_warmup_steps", "judge_warmup_lr"}),
+        "build": demo.model_dump(exclude={"cache_dir", "judge_warmup_steps", "judge_warmup_lr",
+                                          *(() if data.task == "visual_arithmetic" else ("vision_depth", "vision_dim"))}),
         "data": data.model_dump(),
         "chars": "".join(CHARS),
         **({"chat_template": CHAT_TEMPLATE} if data.task != "arithmetic" else {}),
@@ -58,31 +60,47 @@ def build_model(model: ModelConfig, demo: DemoConfig, data: DataConfig) -> Path:
             raise FileNotFoundError(f"model.path '{model.path}' has no config.json; "
                                     "give a local Hugging Face model directory or leave model.path unset")
         return path
-    if data.task not in ("arithmetic", "word_problems"):
+    if data.task not in ("arithmetic", "word_problems", "visual_arithmetic"):
         raise ValueError(f"data.task={data.task} needs model.path (a local Hugging Face model directory); "
-                         "only the arithmetic and word_problems tasks build their own model")
-    name = "arith" if data.task == "arithmetic" else data.task
+                         "only the arithmetic, word_problems and visual_arithmetic tasks build their own model")
+    name = {"arithmetic": "arith", "visual_arithmetic": "vl-arith"}.get(data.task, data.task)
     out = Path(demo.cache_dir).expanduser() / f"qwen2-{name}-{_build_hash(demo, data)}"
     if (out / "config.json").is_file():
         return out
+    if data.task == "visual_arithmetic":
+        from rayrl.demo.vision_policy import build_vision_policy
+
+        with one_thread():
+            model, tokenizer, processor = build_vision_policy(demo, data)
+        return save_built(model, tokenizer, out, processor)
     tokenizer = demo_tokenizer(data)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one thread: the same bits on every machine for the same config
-    try:
+    with one_thread():
         torch.manual_seed(demo.seed)
         built = Qwen2ForCausalLM(qwen2_config(demo, len(tokenizer), tokenizer))
         supervised_warmup(built, tokenizer, _warmup_rows(demo, data, tokenizer), demo)
-    finally:
-        torch.set_num_threads(threads)
     return save_built(built, tokenizer, out)
 
 
-def save_built(model, tokenizer, out: Path) -> Path:
-    """Model and tokenizer into a temporary directory beside out, then renamed to out."""
+@contextlib.contextmanager
+def one_thread():
+    """One torch thread: the same bits on every machine for the same config."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def save_built(model, tokenizer, out: Path, processor=None) -> Path:
+    """Model and tokenizer (and a vision-language model's image processor) into a temporary directory beside
+    out, then renamed to out."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".build-"))
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    if processor is not None:
+        processor.save_pretrained(tmp)
     try:
         os.replace(tmp, out)  # atomic: a concurrent builder of the same hash loses the race harmlessly
     except OSError:

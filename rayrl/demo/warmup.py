@@ -11,6 +11,7 @@ from rayrl.types import Task
 
 
 Row = tuple[list[int], list[int]]  # token ids and labels (-100 where nothing is learned)
+# a vision-language row adds its image inputs and the model's image kwargs maker (rayrl.demo.vision_policy)
 
 
 def task_rows(tokenizer, tasks: list[Task]) -> list[Row]:
@@ -54,9 +55,10 @@ def _batch(pad_id: int, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, lab
 
 
-def supervised_warmup(model, tokenizer, tasks: list[Task] | list[Row], cfg: DemoConfig) -> list[float]:
+def supervised_warmup(model, tokenizer, tasks: list[Task] | list[Row], cfg: DemoConfig, images=None) -> list[float]:
     """cfg.warmup_steps of next-token cross-entropy on answers (tasks) or labelled rows on cfg.device (fp32
-    weights; bf16 autocast on CUDA); the model comes back on the CPU. Returns the loss curve."""
+    weights; bf16 autocast on CUDA); the model comes back on the CPU. Returns the loss curve. images(indices, ids):
+    a vision-language model's image kwargs for those rows (in the order sampled)."""
     rows = task_rows(tokenizer, tasks) if tasks and isinstance(tasks[0], Task) else tasks
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("demo.device=cuda, but this process sees no CUDA device; set demo.device=cpu")
@@ -66,10 +68,12 @@ def supervised_warmup(model, tokenizer, tasks: list[Task] | list[Row], cfg: Demo
     model.train()
     losses = []
     for _ in range(cfg.warmup_steps):
-        ids, lab = (t.to(cfg.device) for t in _batch(tokenizer.pad_token_id,
-                                                     rng.sample(rows, min(cfg.warmup_batch_size, len(rows)))))
+        picked = rng.sample(range(len(rows)), min(cfg.warmup_batch_size, len(rows)))
+        ids, lab = (t.to(cfg.device) for t in _batch(tokenizer.pad_token_id, [rows[i] for i in picked]))
+        extra = {} if images is None else {k: v.to(cfg.device) for k, v in images(picked, ids.cpu()).items()}
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.device == "cuda"):
-            loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=lab).loss
+            loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=lab,
+                         **extra).loss
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -9,6 +9,7 @@ import ray
 from rayrl.checkpoint import RunState
 from rayrl.config import RolloutConfig
 from rayrl.data import PromptStream, stream_position
+from rayrl.image_refs import put_images, restored
 from rayrl.types import Task, TrajectoryGroup
 
 
@@ -20,6 +21,7 @@ class PromptFeeder:
         self.untrained: set[int] = set()  # stream positions fed and not trained yet
         self.dropped_rewards = [0.0, 0]  # reward sum and count of samples dropped for equal rewards
         self.low_ref = None  # the buffer's answer once its queue runs low (dynamic sampling), one at a time
+        self.image_puts = 0  # objects put for tasks' images: one per fed task that has any (never per sample)
 
     def restore(self, state: RunState, finished: list[TrajectoryGroup]) -> None:
         """A checkpoint's prompts: the stream at its position, and the fed prompts that neither were trained nor
@@ -28,7 +30,18 @@ class PromptFeeder:
         refed = self.stream.restore(state.fed, [p for p in state.pending if p not in done])
         self.untrained.update(state.pending)
         if refed:
-            ray.get(self.buffer.feed.remote(refed))
+            ray.get(self.buffer.feed.remote(self._stored(refed)))
+
+    def restored_groups(self, finished: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
+        """A checkpoint's finished groups with their images back in the object store."""
+        groups, puts = restored(finished)
+        self.image_puts += puts
+        return groups
+
+    def _stored(self, tasks: list[Task]) -> list[Task]:
+        tasks, puts = put_images(tasks)
+        self.image_puts += puts
+        return tasks
 
     def feed_for(self, step: int) -> None:
         """Enough prompts fed for `step` and the lead beyond it."""
@@ -38,7 +51,7 @@ class PromptFeeder:
         if (n := upto - self.stream.fed) > 0:
             tasks = self.stream.take(n)
             self.untrained.update(stream_position(t.id) for t in tasks)
-            ray.get(self.buffer.feed.remote(tasks))
+            ray.get(self.buffer.feed.remote(self._stored(tasks)))
 
     def low_prompts(self) -> list:
         """The pending 'queue below a batch' call (dynamic sampling), as a list to wait on; [] without one."""

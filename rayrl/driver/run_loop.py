@@ -23,6 +23,7 @@ from rayrl.driver.reward_watch import RewardWatch
 from rayrl.driver.threads import ThreadBudget
 from rayrl.faults import LearnerFailed, RunStopped, StopRequest
 from rayrl.group_refs import get_groups
+from rayrl.image_refs import with_images
 from rayrl.progress import NoProgress
 from rayrl.rewards.combine import agreement
 from rayrl.types import Task
@@ -65,7 +66,7 @@ class RunLoop:
             s.critics.load(str(self.run_dir.resume_from / "critic"))
         ray.get(s.broadcaster.publish.remote(state.version))
         finished = checkpoint.load_groups(self.run_dir.resume_from)
-        ray.get(s.buffer.restore.remote(finished))
+        ray.get(s.buffer.restore.remote(self.feeder.restored_groups(finished)))
         self.feeder.restore(state, finished)
 
     # ---- the step ---------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ class RunLoop:
         version = ray.get(s.broadcaster.current_version.remote())
         fed, pending = self.feeder.run_state_part()
         items, ledger = ray.get(s.buffer.snapshot.remote())
-        groups = get_groups([place for place, _ in items])
+        groups = with_images(get_groups([place for place, _ in items]))  # the bytes themselves: refs die with the run
         state = RunState(step, version, fed, pending, samples, self.acc_before, ledger, self.reporter.wandb_id)
         self.last_checkpoint = str(checkpoint.commit(tmp, root, state, groups, self.cfg.checkpoint.keep))
         self.last_saved = time.monotonic()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
 from rayrl.models.logprob_head import use_logprob_head
 from rayrl.models.tokenizer import load_tokenizer
@@ -18,11 +18,23 @@ def load_policy(path: str | os.PathLike, attn_implementation: str = "eager", log
     rollout and learner log-probs equal to 1e-5; GPU learners pass the varlen kernel. Learners pass
     logprob_chunk_tokens (learner.logprob_chunk_tokens) to score through a TokenLogprobHead, and
     compile_layers (learner.compile) to torch.compile each decoder layer and that head."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
+    auto = model_class(AutoConfig.from_pretrained(path))
+    model = auto.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
     if logprob_chunk_tokens is not None:
         use_logprob_head(model, logprob_chunk_tokens, compiled=compile_layers)
     if compile_layers:
-        for layer in model.model.layers:
+        for layer in decoder_layers(model):
             layer.compile()  # before sharding: FSDP2 / ZeRO hooks stay outside the compiled graph
     tokenizer = load_tokenizer(path)
     return model, tokenizer
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The language model's decoder layers (a vision-language model keeps them under model.language_model)."""
+    inner = model.model
+    return getattr(inner, "language_model", inner).layers
+
+
+def model_class(config):
+    """The transformers auto class for a policy's config: vision-language models (Qwen2-VL) are no causal-LM class."""
+    return AutoModelForImageTextToText if getattr(config, "vision_config", None) is not None else AutoModelForCausalLM

@@ -23,6 +23,12 @@ class VisionTokens:
     end: int
     merge: int  # merged patches per side (Qwen2-VL: 2, so one token per 2 x 2 patches)
 
+    @property
+    def markup(self) -> list[int]:
+        """Tokens only a prompt's images hold: a sample that draws one ends before it (finish_reason "markup"),
+        since the learner's forward would take it for an image's place."""
+        return [self.start, self.pad, self.end]
+
     @classmethod
     def of(cls, tokenizer, processor) -> "VisionTokens":
         start, pad, end = tokenizer.convert_tokens_to_ids(VISION_TOKENS)
@@ -69,9 +75,93 @@ def expand_placeholders(prompt_ids: list[int], inputs: ImageInputs, vt: VisionTo
     return out
 
 
+def mrope_positions(ids: list[int], grids: list[tuple[int, int, int]], vt: VisionTokens) -> torch.Tensor:
+    """[3, len(ids)] rotary positions (time, height, width) of one unpadded sequence, Qwen2-VL's rule: text
+    counts up on all three; an image's tokens sit on its merged patch grid from where the text stopped, and
+    the text after it resumes past the grid's longer side. The hf engine and the learner both use this."""
+    out, at, images, i = [], 0, iter(grids), 0
+    while i < len(ids):
+        if ids[i] != vt.pad:
+            j = next((k for k in range(i, len(ids)) if ids[k] == vt.pad), len(ids))
+            out.append(torch.arange(at, at + j - i).expand(3, -1))
+            at, i = at + j - i, j
+            continue
+        t, h, w = next(images)
+        h, w = h // vt.merge, w // vt.merge
+        grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"))
+        out.append(grid.reshape(3, -1) + at)
+        at, i = at + max(h, w), i + t * h * w
+    return torch.cat(out, 1) if out else torch.zeros(3, 0, dtype=torch.long)
+
+
 def image_token_types(ids: torch.Tensor, vt: VisionTokens) -> torch.Tensor:
     """1 where a position holds an image token, else 0: what the model needs for its 3-D rotary positions."""
     return (ids == vt.pad).to(torch.int32)
+
+
+@dataclass(frozen=True)
+class VisionPrompts:
+    """A vision-language policy's image processor and markup: turns a prompt with placeholders and its images
+    into the expanded token ids, the model's image inputs and the 3-D rotary positions."""
+
+    processor: object
+    tokens: VisionTokens
+
+    @classmethod
+    def load(cls, path, config, tokenizer) -> "VisionPrompts | None":
+        """None for a text-only model (its config has no vision tower)."""
+        if getattr(config, "vision_config", None) is None:
+            return None
+        from transformers import AutoImageProcessor
+
+        processor = AutoImageProcessor.from_pretrained(path)
+        return cls(processor, VisionTokens.of(tokenizer, processor))
+
+    def prepare(self, prompt_ids: list[int], images: tuple[bytes, ...], task_id: str
+                ) -> tuple[list[int], ImageInputs | None]:
+        """(expanded ids, image inputs); a prompt without images passes through (its placeholders counted)."""
+        if not images:
+            if self.tokens.pad in prompt_ids:
+                raise ValueError(f"task {task_id!r}: image placeholders in the prompt but no images")
+            return list(prompt_ids), None
+        inputs = process_images(images, self.processor)
+        return expand_placeholders(prompt_ids, inputs, self.tokens, task_id), inputs
+
+    def positions(self, ids: list[int], inputs: ImageInputs | None) -> torch.Tensor:
+        grids = [] if inputs is None else [tuple(g) for g in inputs.image_grid_thw.tolist()]
+        return mrope_positions(ids, grids, self.tokens)
+
+
+def attach_images(batch, vision: "VisionPrompts | None") -> None:
+    """A collated batch's rows get their image inputs and 3-D positions (each distinct image tuple processed
+    once); a row's image tokens must be as many as its images make. Text-only batches are left alone."""
+    if batch.images is None:
+        return
+    if vision is None:
+        raise ValueError("a training batch carries images but the policy has no vision tower")
+    lengths = batch.attention_mask.sum(-1).tolist()
+    processed: dict[int, ImageInputs | None] = {}
+    batch.image_inputs, batch.rope_positions = [], torch.zeros(3, *batch.input_ids.shape, dtype=torch.long)
+    for b, images in enumerate(batch.images):
+        key = id(images)
+        if key not in processed:
+            processed[key] = process_images(images, vision.processor) if images else None
+        inputs = processed[key]
+        ids = batch.input_ids[b, : lengths[b]].tolist()
+        want = sum(inputs.tokens_per_image(vision.tokens.merge)) if inputs is not None else 0
+        if ids.count(vision.tokens.pad) != want:
+            raise ValueError(f"batch row {b}: {ids.count(vision.tokens.pad)} image tokens for images that make {want}")
+        batch.image_inputs.append(inputs)
+        batch.rope_positions[:, b, : lengths[b]] = vision.positions(ids, inputs)
+
+
+def stack_images(inputs: list[ImageInputs | None]) -> dict[str, torch.Tensor]:
+    """Several sequences' image inputs in their order, as the model's keyword arguments ({} if none)."""
+    present = [x for x in inputs if x is not None]
+    if not present:
+        return {}
+    return {"pixel_values": torch.cat([x.pixel_values for x in present]),
+            "image_grid_thw": torch.cat([x.image_grid_thw for x in present])}
 
 
 def check_vision_model(config, task_id: str) -> None:

@@ -31,11 +31,15 @@ class Sampling:
     ignore_eos: bool = False  # rollout.ignore_eos for training samples: exactly max_new_tokens each
 
     def request(self, key: str, prompt_ids: list[int], n: int | None = None,
-                max_new_tokens: int | None = None) -> GenerationRequest:
+                max_new_tokens: int | None = None, images: tuple[bytes, ...] = ()) -> GenerationRequest:
         """A request seeded by key (task id, plus sample and turn for multi-turn episodes)."""
         return GenerationRequest(key, prompt_ids, self.n if n is None else n,
                                  max_new_tokens or self.max_new_tokens, self.temperature,
-                                 ignore_eos=self.ignore_eos, seed=request_seed(self.seed, key))
+                                 ignore_eos=self.ignore_eos, seed=request_seed(self.seed, key), images=images)
+
+
+async def inline_images(task: Task) -> tuple[bytes, ...]:
+    return task.images
 
 
 @dataclass
@@ -51,6 +55,7 @@ class EpisodeEngine:
     gateway: Any = None  # the run's Gateway actor handle (OpenAI-compatible endpoint), if it has one
     gateway_url: str = ""
     worker: int = 0  # the rollout worker running the episode: the gateway routes its sessions there
+    images: Callable[[Task], Awaitable[tuple[bytes, ...]]] = inline_images  # a task's PNGs (rayrl.image_refs)
 
     @property
     def tokenizer(self):

@@ -11,6 +11,6 @@ class SingleTurn:
         """agent: the agent config section, which a single turn does not use."""
 
     async def arun_episode(self, engine: EpisodeEngine, task: Task) -> TrajectoryGroup:
-        request = engine.sampling.request(task.id, engine.template.encode(task))
+        request = engine.sampling.request(task.id, engine.template.encode(task), images=await engine.images(task))
         samples = await engine.generate([request])
         return await engine.score(TrajectoryGroup(task, samples))

@@ -14,6 +14,7 @@ from rayrl.data.visual_arithmetic import render, split_visual
 from rayrl.demo.vision_policy import build_vision_tokenizer, load_image_processor, save_tiny_qwen2_vl
 from rayrl.models.tokenizer import build_char_tokenizer, load_tokenizer
 from rayrl.models.vision import (PLACEHOLDER, VisionTokens, check_vision_model, decode, expand_placeholders,
+                                 mrope_positions,
                                  image_token_types, process_images)
 
 
@@ -95,3 +96,78 @@ def test_the_prompt_stream_hands_out_tasks_with_their_images():
     by_id = {t.id: t.images for t in train}
     handed = PromptStream(train, seed=1).take(2 * len(train))
     assert all(task.images and task.images == by_id[task.id.rsplit(SEP, 1)[0]] for task in handed)
+
+
+def test_rotary_positions_equal_the_model_own_with_images_between_text(tiny_vl):
+    model, tokenizer, processor, vt = tiny_vl
+    images = process_images((render(1, 2), render(30, 41)), processor)
+    ids = expand_placeholders(tokenizer(f"a{PLACEHOLDER}+{PLACEHOLDER}=12")["input_ids"], images, vt, "two")
+    grids = [tuple(g) for g in images.image_grid_thw.tolist()]
+    row = torch.tensor([ids])
+    theirs, _ = model.model.get_rope_index(row, image_token_types(row, vt), images.image_grid_thw)
+    assert torch.equal(mrope_positions(ids, grids, vt), theirs[:, 0])
+    assert torch.equal(mrope_positions([5, 6, 7], [], vt), torch.arange(3).expand(3, -1))
+
+
+@pytest.fixture(scope="module")
+def vl_engine_and_learner(tiny_vl, make_cfg, tmp_path_factory):
+    from rayrl import components
+
+    path = save_tiny_qwen2_vl(tmp_path_factory.mktemp("vl-rl") / "model")
+    cfg = make_cfg("rollout.temperature=1.0", "learner.max_tokens_per_micro_batch=64")
+    return components.rollout_engine(cfg, str(path)), components.learner(cfg, str(path)), cfg
+
+
+def _sampled_groups(engine, tasks, n=3):
+    from rayrl.data import PromptTemplate
+    from rayrl.types import GenerationRequest, TrajectoryGroup
+
+    template = PromptTemplate(engine.tokenizer)
+    requests = [GenerationRequest(t.id, template.encode(t), n, 5, 1.0, images=t.images) for t in tasks]
+    samples = engine.generate_blocking(requests)
+    return [TrajectoryGroup(t, samples[n * i: n * (i + 1)]) for i, t in enumerate(tasks)]
+
+
+def test_hf_engine_logprobs_equal_the_learner_with_images_padded_and_packed(vl_engine_and_learner):
+    from rayrl.batching import collate
+    from rayrl.engines.learner.microbatch import microbatches, scatter
+    from rayrl.engines.learner.scoring import microbatch_logprobs
+    from rayrl.models.vision import attach_images
+    from rayrl.types import Task
+
+    engine, learner, _ = vl_engine_and_learner
+    train, _ = split_visual(0, 9, 20, seed=0)
+    # a text-only prompt beside the pictures: rows of different lengths, some without images
+    tasks = [*train[:3], Task("text", "7+1=", "8")]
+    groups = _sampled_groups(engine, tasks)
+    vt = engine.vision.tokens
+    assert all(s.prompt_ids.count(vt.pad) == 2 for g in groups[:3] for s in g.samples)  # expanded by the engine
+    batch = collate(groups, engine.tokenizer.pad_token_id)
+    scored = learner.compute_logprobs(batch)  # padded, every row at once
+    mask = batch.loss_mask > 0
+    assert (scored - batch.behav_logprobs)[mask].abs().max() <= 1e-5
+    attach_images(batch, learner.vision)
+    for pack in (True, False):
+        out = torch.zeros_like(batch.loss_mask)
+        for mb in microbatches(batch, 64, pack=pack):
+            with torch.no_grad():
+                scatter(microbatch_logprobs(learner.backend.model, mb, 1.0), mb, out)
+        assert (out - batch.behav_logprobs)[mask].abs().max() <= 1e-5, f"pack={pack}"
+
+
+def test_a_training_step_with_images_moves_the_language_model_only(vl_engine_and_learner):
+    from rayrl.batching import collate
+
+    engine, learner, _ = vl_engine_and_learner
+    train, _ = split_visual(0, 9, 20, seed=0)
+    groups = _sampled_groups(engine, train[3:7], n=4)
+    for g, rewards in zip(groups, [(1, 0, 0, 1), (0, 1, 1, 0), (1, 1, 0, 0), (0, 0, 1, 1)]):
+        for s, r in zip(g.samples, rewards):
+            s.reward = float(r)
+    model = learner.backend.model
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    stats = learner.train_step(collate(groups, engine.tokenizer.pad_token_id))
+    assert stats["mismatch_tokens"] > 0 and stats["mismatch_max"] <= 1e-5  # the step's own forward, images in
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved and not any(".visual." in f".{n}" for n in moved)
+    assert any("language_model" in n for n in moved)

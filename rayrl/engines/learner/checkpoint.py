@@ -5,14 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
+
+from rayrl.models.policy import model_class
 
 
-def export_hf(full_state: dict[str, torch.Tensor], config, tokenizer, out: Path) -> None:
-    """Write config, safetensors and tokenizer into out."""
+def export_hf(full_state: dict[str, torch.Tensor], config, tokenizer, out: Path, processor=None) -> None:
+    """Write config, safetensors and tokenizer (and a vision-language model's image processor) into out."""
     out.mkdir(parents=True, exist_ok=True)
+    if processor is not None:
+        processor.save_pretrained(out)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = model_class(config).from_config(config)
     model.load_state_dict(full_state, strict=False, assign=True)
     model.tie_weights()
     model.save_pretrained(out)

@@ -18,6 +18,7 @@ from torch.distributed.tensor import DTensor
 
 from rayrl.config import LearnerConfig
 from rayrl.engines.learner.schedule import make_optimizer, make_scheduler, trained_only
+from rayrl.models.policy import decoder_layers
 
 
 class FSDPBackend:
@@ -40,7 +41,7 @@ class FSDPBackend:
         if lc.activation_checkpointing:
             model.gradient_checkpointing_enable()
         plain = model.get_base_model() if hasattr(model, "get_base_model") else model  # under LoRA's wrapping
-        for layer in plain.model.layers if getattr(model, "shard_per_layer", True) else ():
+        for layer in decoder_layers(plain) if getattr(model, "shard_per_layer", True) else ():
             fully_shard(layer, mesh=self.mesh, mp_policy=mp, offload_policy=offload)
         fully_shard(model, mesh=self.mesh, mp_policy=mp, offload_policy=offload)
         return model

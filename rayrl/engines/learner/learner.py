@@ -31,6 +31,7 @@ from rayrl.engines.learner.modes import learner_mode
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
 from rayrl.models.policy import load_policy
+from rayrl.models.vision import VisionPrompts, attach_images
 from rayrl.types import Batch
 
 STATE_FILE = "learner_state.pt"  # version, LR schedule and RNG, beside the backend's own files
@@ -83,6 +84,12 @@ class Learner:
         load = (model_path, attention_for(self.device), chunk, lc.compile)
         model, self.tokenizer = load_policy(*load)
         self.hf_config = model.config
+        self.vision = VisionPrompts.load(model_path, model.config, self.tokenizer)  # None: a text-only policy
+        if self.vision is not None:
+            if lc.share_prompts:
+                raise ValueError("learner.share_prompts=true does not take a vision-language policy; leave it unset")
+            self.share_prompts = False
+            model.model.visual.requires_grad_(lc.train_vision)
         model = self.mode.wrap(model)
         ref = None
         if alg.beta > 0 and self.mode.own_reference:
@@ -108,6 +115,7 @@ class Learner:
 
     def compute_logprobs(self, batch: Batch) -> torch.Tensor:
         """Collective on sharded backends: every rank must call it with a batch of the same shape."""
+        attach_images(batch, self.vision)
         return batch_logprobs(self.backend.model, batch, self.setup.temperature, self.device)
 
     # ---- the step -----------------------------------------------------------------------------
@@ -141,6 +149,7 @@ class Learner:
         lc, alg, dp, backend = self.lc, self.alg, self.dp, self.backend
         self.reclaim()
         rewards, mask = shape_batch(batch.rewards, batch.loss_mask, batch.truncated, self.setup.max_new_tokens, alg)
+        attach_images(batch, self.vision)
         mbs = microbatches(batch, lc.max_tokens_per_micro_batch, packs_sequences(lc, self.device), self.share_prompts)
         mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
         self.mode.before_step(self.backend.model)
@@ -233,7 +242,7 @@ class Learner:
         full = {name: t.detach().cpu() for name, t in self.backend.named_full_weights()}
         if self.dp.rank == 0:
             full = self.mode.export(self.backend.model, full, out)  # LoRA: its adapter directory, merged weights
-            export_hf(full, self.hf_config, self.tokenizer, out)
+            export_hf(full, self.hf_config, self.tokenizer, out, self.vision.processor if self.vision else None)
             self._save_own_state(out)
         if dist.is_initialized():
             dist.barrier()

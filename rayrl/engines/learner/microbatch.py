@@ -37,6 +37,9 @@ class MicroBatch(msgspec.Struct):
     max_seqlen: int = 0  # packed: the longest sequence in the row
     versions: torch.Tensor | None = None  # [R, L]: the policy version that sampled each target token
     segments: torch.Tensor | None = None  # shared prompts: [R, L] long, 0 the prefix, i > 0 a branch, -1 padding
+    rope_positions: torch.Tensor | None = None  # vision-language: [3, R, L] positions (time, height, width)
+    pixel_values: torch.Tensor | None = None  # vision-language: the rows' images' patches, in row order
+    image_grid_thw: torch.Tensor | None = None  # and each image's patch grid
 
     def to(self, device) -> "MicroBatch":
         """Every tensor on device, copied once before the step's passes: a copy from pageable host memory
@@ -53,6 +56,19 @@ class MicroBatch(msgspec.Struct):
         cu = self.cu_seqlens.to(device)
         return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": self.max_seqlen,
                 "max_length_k": self.max_seqlen}
+
+    def image_kwargs(self, device) -> dict:
+        """A vision-language model's image inputs ({} for rows without images)."""
+        if self.pixel_values is None:
+            return {}
+        return {"pixel_values": self.pixel_values.to(device), "image_grid_thw": self.image_grid_thw.to(device)}
+
+    def model_positions(self, device) -> torch.Tensor:
+        """position_ids as the model takes them: [R, L], or [4, R, L] (text, then time / height / width) with images
+        in the batch (the text row lets transformers find packed sequences' boundaries)."""
+        if self.rope_positions is None:
+            return self.position_ids.to(device)
+        return torch.cat([self.position_ids[None], self.rope_positions]).to(device)
 
     @property
     def n_tokens(self) -> int:
@@ -136,6 +152,16 @@ def scatter(values: torch.Tensor, mb: MicroBatch, out: torch.Tensor) -> None:
     out[mb.seq_ids[valid], mb.position_ids[valid]] = values[valid].to(out.dtype)
 
 
+def _images(batch: Batch, rows: list[int], rope: torch.Tensor | None) -> dict:
+    """A micro-batch's vision-language fields: its rows' positions and their images in row order."""
+    if batch.rope_positions is None:
+        return {}
+    present = [batch.image_inputs[i] for i in rows if batch.image_inputs[i] is not None]
+    pixels = {"pixel_values": torch.cat([x.pixel_values for x in present]),
+              "image_grid_thw": torch.cat([x.image_grid_thw for x in present])} if present else {}
+    return {"rope_positions": rope, **pixels}
+
+
 def packed(batch: Batch, rows: list[int]) -> MicroBatch:
     lengths = sequence_lengths(batch)
     pieces = {k: (None if v is None else torch.cat([v[i, : lengths[i]] for i in rows]).unsqueeze(0))
@@ -144,7 +170,10 @@ def packed(batch: Batch, rows: list[int]) -> MicroBatch:
     pos = torch.cat([torch.arange(lengths[i]) for i in rows]).unsqueeze(0)
     sizes = torch.tensor([lengths[i] for i in rows])
     cu = torch.nn.functional.pad(sizes.cumsum(0), (1, 0)).to(torch.int32)
-    return MicroBatch(ids, pos, None, **pieces, cu_seqlens=cu, max_seqlen=int(sizes.max()))
+    rope = None if batch.rope_positions is None else torch.cat(
+        [batch.rope_positions[:, i, : lengths[i]] for i in rows], 1).unsqueeze(1)
+    return MicroBatch(ids, pos, None, **pieces, cu_seqlens=cu, max_seqlen=int(sizes.max()),
+                      **_images(batch, rows, rope))
 
 
 def padded(batch: Batch, rows: list[int]) -> MicroBatch:
@@ -153,7 +182,8 @@ def padded(batch: Batch, rows: list[int]) -> MicroBatch:
     pieces = {k: (None if v is None else v[index, :width]) for k, v in _per_token(batch).items()}
     attn = batch.attention_mask[index, :width]
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    return MicroBatch(batch.input_ids[index, :width], pos, attn, **pieces)
+    rope = None if batch.rope_positions is None else batch.rope_positions[:, index, :width]
+    return MicroBatch(batch.input_ids[index, :width], pos, attn, **pieces, **_images(batch, rows, rope))
 
 
 def shared_prefix(batch: Batch, rows: list[int], lengths: list[int]) -> int:
@@ -219,6 +249,9 @@ def segment_mask(segments: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def microbatches(batch: Batch, max_tokens: int, pack: bool = True, share_prompts: bool = False) -> list[MicroBatch]:
     """Packed or padded micro-batches; share_prompts (padded only): a group's prompt once per row."""
+    if share_prompts and batch.images is not None:
+        raise ValueError("learner.share_prompts does not take images (each branch would need the prompt's "
+                         "image positions); set learner.share_prompts=false for vision-language tasks")
     if share_prompts:
         lengths = sequence_lengths(batch)
         units = plan_shared(batch, lengths, max_tokens)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rayrl.engines.learner.microbatch import MicroBatch, segment_mask
+from rayrl.engines.learner.microbatch import MicroBatch, padded, segment_mask
 from rayrl.models import bitwise_ops
 from rayrl.models.logprob_head import TokenLogprobHead, scoring
 from rayrl.types import Batch
@@ -47,11 +47,15 @@ def microbatch_logprobs(model, mb: MicroBatch, temperature: float, device="cpu",
     mask = None if mb.attention_mask is None else mb.attention_mask.to(device)
     if mb.segments is not None:  # shared prompts: each branch sees the prefix and itself
         mask = segment_mask(mb.segments.to(device), next(model.parameters()).dtype)
-    return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.position_ids.to(device), entropy,
-                          **mb.attention_kwargs(device))
+    return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.model_positions(device), entropy,
+                          **mb.attention_kwargs(device), **mb.image_kwargs(device))
 
 
 def batch_logprobs(model, batch: Batch, temperature: float, device="cpu") -> torch.Tensor:
     """Token log-probs of a padded Batch, no gradients, back on the CPU."""
+    if batch.rope_positions is not None:  # images: the padded micro-batch of every row carries them
+        with torch.no_grad():
+            return microbatch_logprobs(model, padded(batch, list(range(len(batch.input_ids)))), temperature,
+                                       device).cpu()
     with torch.no_grad():
         return token_logprobs(model, batch.input_ids.to(device), batch.attention_mask.to(device), temperature).cpu()

@@ -19,6 +19,7 @@ from rayrl.engines.rollout.base import EngineSetup
 from rayrl.engines.registry import transport_plan
 from rayrl.models.lora import add_adapters
 from rayrl.models.policy import load_policy
+from rayrl.models.vision import VisionPrompts, check_vision_model, stack_images
 from rayrl.types import GenerationRequest, Sample
 
 
@@ -85,6 +86,7 @@ class HFRolloutEngine:
         if setup.lora is not None:  # the learner's wrapping: a sync's adapter tensors land here by name
             self.model = add_adapters(self.model, setup.lora)
         self.model.eval()
+        self.vision = VisionPrompts.load(model_path, self.model.config, self.tokenizer)  # None: text only
         self.hf, self.setup = hf, setup
         self.version = 0
         self.sync_ranks = 1
@@ -92,7 +94,7 @@ class HFRolloutEngine:
         self._gate = _PauseGate()
         self._transport = None
         self._asleep, self._awake_as = 0, {}  # colocated: the sleep level, and each weight's shape and device
-        self.max_context = self.model.config.max_position_embeddings
+        self.max_context = self.model.config.get_text_config().max_position_embeddings
         self._pending: list[tuple[list[GenerationRequest], asyncio.Future]] = []
         self._running, self._dispatching = 0, False
 
@@ -139,15 +141,25 @@ class HFRolloutEngine:
         finally:
             self._gate.leave()
 
+    def _prepare(self, r: GenerationRequest):
+        """(prompt ids with each image placeholder expanded, image inputs or None)."""
+        if self.vision is None:
+            if r.images:
+                check_vision_model(self.model.config, r.request_id)
+            return list(r.prompt_ids), None
+        return self.vision.prepare(r.prompt_ids, r.images, r.request_id)
+
     def _decode(self, requests: list[GenerationRequest]) -> list[Sample]:
+        prepared = {id(r): self._prepare(r) for r in requests}
         rows = [(r, i) for r in requests for i in range(r.n)]
+        prompts = [prepared[id(r)][0] for r, _ in rows]
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
-        width = max(len(r.prompt_ids) for r, _ in rows)
+        width = max(len(p) for p in prompts)
         ids = torch.full((len(rows), width), pad, dtype=torch.long)
         mask = torch.zeros_like(ids)
-        for b, (r, _) in enumerate(rows):
-            ids[b, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
-            mask[b, width - len(r.prompt_ids):] = 1
+        for b, p in enumerate(prompts):
+            ids[b, width - len(p):] = torch.tensor(p)
+            mask[b, width - len(p):] = 1
         temps = torch.tensor([r.temperature for r, _ in rows])
         greedy = temps == 0
         divisor = torch.where(greedy, 1.0, temps).unsqueeze(1)  # greedy rows report T=1 log-probs
@@ -155,11 +167,18 @@ class HFRolloutEngine:
         limits = torch.tensor([r.max_new_tokens for r, _ in rows])
         stops_at_eos = torch.tensor([not r.ignore_eos for r, _ in rows])
 
+        markup = torch.tensor(self.vision.tokens.markup if self.vision else [], dtype=torch.long)
         streams = [_sample_stream(r.seed, i) for r, i in rows]
         out_tokens, out_logp, out_ver = [], [], []
         done = torch.zeros(len(rows), dtype=torch.bool)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        step_out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        pos, images = (mask.cumsum(-1) - 1).clamp(min=0), {}
+        if self.vision is not None:  # 3-D rotary positions (left padding at 0), the rows' images in row order
+            pos = torch.zeros(3, *ids.shape, dtype=torch.long)
+            for b, (r, _) in enumerate(rows):
+                pos[:, b, width - len(prompts[b]):] = self.vision.positions(*prepared[id(r)])
+            images = stack_images([prepared[id(r)][1] for r, _ in rows])
+        next_pos = pos.reshape(-1, *ids.shape).amax((0, 2)) + 1  # [rows]: where each row's first new token sits
+        step_out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **images)
         for t in range(max_new):
             logits = step_out.logits[:, -1].float()
             logp = torch.log_softmax(logits / divisor, -1)
@@ -169,28 +188,32 @@ class HFRolloutEngine:
             out_tokens.append(tok)
             out_logp.append(logp.gather(1, tok.unsqueeze(1)).squeeze(1))
             out_ver.append(self.version)
-            done |= ((tok == eos) & stops_at_eos) | (t + 1 >= limits)
+            done |= ((tok == eos) & stops_at_eos) | (t + 1 >= limits) | torch.isin(tok, markup)
             self.decode_steps += 1
             if bool(done.all()):
                 break
             self._gate.checkpoint()  # a weight update may happen here; later tokens get the new version
             mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=mask.dtype)], 1)
+            step = (next_pos + t)[:, None]
             step_out = self.model(input_ids=tok.unsqueeze(1), attention_mask=mask,
-                                  position_ids=mask.sum(-1, keepdim=True) - 1,
+                                  position_ids=step if self.vision is None else step.expand(3, -1, -1),
                                   use_cache=True, **{self._cache_kw: step_out[self._cache_kw]})
-        return self._to_samples(rows, torch.stack(out_tokens, 1), torch.stack(out_logp, 1), out_ver, eos)
+        return self._to_samples(rows, prompts, torch.stack(out_tokens, 1), torch.stack(out_logp, 1), out_ver, eos,
+                                set(markup.tolist()))
 
-    def _to_samples(self, rows, tokens, logps, versions, eos) -> list[Sample]:
+    def _to_samples(self, rows, prompts, tokens, logps, versions, eos, markup) -> list[Sample]:
         samples = []
         for b, (r, _) in enumerate(rows):
             toks = tokens[b].tolist()
             stop = eos in toks and not r.ignore_eos
             n = toks.index(eos) + 1 if stop else min(len(toks), r.max_new_tokens)
+            cut = next((i for i, t in enumerate(toks[:n]) if t in markup), None)  # image markup: never a completion's
+            n, reason = (cut, "markup") if cut is not None else (n, "stop" if stop else "length")
             comp = toks[:n]
             samples.append(Sample(
-                request_id=r.request_id, prompt_ids=list(r.prompt_ids), completion_ids=comp,
+                request_id=r.request_id, prompt_ids=prompts[b], completion_ids=comp,
                 logprobs=logps[b, :n].tolist(), versions=versions[:n],
-                finish_reason="stop" if stop else "length",
+                finish_reason=reason,
                 text=self.tokenizer.decode(comp, skip_special_tokens=True),
             ))
         return samples
