@@ -1,7 +1,7 @@
 """What can be checked before Ray starts is checked before Ray starts: the reward function imports and takes
 (sample, task), the workflow class and agent function import, the files and directories the config names, the
 task's data (the file parses, has its fields and answers, leaves problems to train on), one sequence fits a
-micro-batch, LoRA's target modules exist in the model, a reward model's parser and path, sync.transport's own
+micro-batch, tasks with images meet a vision-language policy and have a placeholder per image, LoRA's target modules exist in the model, a reward model's parser and path, sync.transport's own
 requirements, the cluster at scheduler.address answers. Each failure is a ConfigError naming the key or the file and line, the value, and what
 is expected."""
 
@@ -16,9 +16,10 @@ from rayrl.config import Config, ConfigError
 from rayrl.data import PromptTemplate, load_tasks
 from rayrl.engines.registry import teacher_engine, transport_plan
 from rayrl.imports import load_object
-from rayrl.demo.policy import qwen2_config
+from rayrl.demo.policy import demo_tokenizer, qwen2_config
 from rayrl.models.lora import check_targets
-from rayrl.models.tokenizer import build_char_tokenizer, build_chat_tokenizer, load_tokenizer
+from rayrl.models.tokenizer import load_tokenizer
+from rayrl.models.vision import PLACEHOLDER, check_vision_model
 from rayrl.rewards.registry import load_reward_fn
 from rayrl.types import Task
 
@@ -113,13 +114,46 @@ def check_micro_batch(cfg: Config, tasks: list[Task]) -> None:
     if cfg.model.path is not None:
         tokenizer = load_tokenizer(str(Path(cfg.model.path).expanduser()))
     else:
-        tokenizer = build_char_tokenizer() if cfg.data.task == "arithmetic" else build_chat_tokenizer()
+        tokenizer = demo_tokenizer(cfg.data)
     template = PromptTemplate(tokenizer)
     longest = max(len(template.encode(t)) for t in tasks) + cfg.rollout.max_new_tokens
     if longest > cfg.learner.max_tokens_per_micro_batch:
         raise ConfigError(f"learner.max_tokens_per_micro_batch={cfg.learner.max_tokens_per_micro_batch} is below one "
                           f"sequence: the longest prompt plus rollout.max_new_tokens is {longest} tokens; raise it to "
                           f"at least {longest}")
+
+
+def demo_config(cfg: Config):
+    """The architecture config of the demo policy that data.task builds (no weights)."""
+    tokenizer = demo_tokenizer(cfg.data)
+    if cfg.data.task == "visual_arithmetic":
+        from rayrl.demo.vision_policy import qwen2_vl_config
+
+        d = cfg.demo
+        return qwen2_vl_config(tokenizer, d.hidden_size, d.intermediate_size, d.num_layers, d.num_heads,
+                               d.num_kv_heads, d.vision_depth, d.vision_dim, d.max_position_embeddings)
+    return qwen2_config(cfg.demo, len(tokenizer), tokenizer)
+
+
+def check_images(cfg: Config, tasks: list[Task]) -> None:
+    """Tasks with images need a vision-language policy, and one placeholder in the prompt per image."""
+    with_images = [t for t in tasks if t.images]
+    if not with_images:
+        return
+    for t in with_images:
+        if (n := t.prompt.count(PLACEHOLDER)) != len(t.images):
+            raise ConfigError(f"task {t.id!r}: {n} image placeholder(s) in the prompt for {len(t.images)} image(s); "
+                              f"write one {PLACEHOLDER} per image")
+    if cfg.model.path is not None:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(Path(cfg.model.path).expanduser()))
+    else:
+        config = demo_config(cfg)
+    try:
+        check_vision_model(config, with_images[0].id)
+    except ValueError as err:
+        raise ConfigError(f"model.path: {err}") from None
 
 
 def check_lora(cfg: Config) -> None:
@@ -134,8 +168,7 @@ def check_lora(cfg: Config) -> None:
     if cfg.model.path:
         config = AutoConfig.from_pretrained(str(Path(cfg.model.path).expanduser()))
     else:  # the demo model's architecture, as it will be built
-        tokenizer = build_char_tokenizer() if cfg.data.task == "arithmetic" else build_chat_tokenizer()
-        config = qwen2_config(cfg.demo, len(tokenizer), tokenizer)
+        config = demo_config(cfg)
     with torch.device("meta"):
         skeleton = model_class(config).from_config(config)
     try:
@@ -204,6 +237,7 @@ def preflight(cfg: Config) -> tuple[list[Task], list[Task]]:
     check_paths(cfg)
     tasks = check_data(cfg)
     check_micro_batch(cfg, [*tasks[0], *tasks[1]])
+    check_images(cfg, [*tasks[0], *tasks[1]])
     check_lora(cfg)
     check_reward_model(cfg)
     check_teacher(cfg)

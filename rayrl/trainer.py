@@ -110,6 +110,8 @@ class Trainer:
             "aborted_samples": worker_totals["aborted"], "skipped_steps": run.skipped_steps,
             "learner_recoveries": run.failover.summary() if run.failover else [], "checkpoint_fallbacks": fallbacks,
             "max_staleness": cfg.rollout.max_staleness, "weight_sync": system.weight_sync,
+            "prompts_fed": run.feeder.stream.fed,
+            "image_puts": run.feeder.image_puts,  # a task's images go into the object store once, not per sample
             "nodes": system.placement.nodes(), "run_dir": str(self.run_dir.path), "model_path": system.model_path,
         }
         if system.reward_models:

@@ -15,12 +15,8 @@ class Task(msgspec.Struct, frozen=True):
     answer: str
     images: tuple[bytes, ...] = ()  # PNG bytes (rayrl.data.images.to_png), one per placeholder in the prompt
     # the same images once in Ray's object store (a ref to the tuple), images then empty: what the driver feeds,
-    # so a group's samples, the reward and the learner share one stored copy (rayrl.data.image_refs)
+    # so a group's samples, the reward and the learner share one stored copy (rayrl.image_refs)
     image_ref: Any = None
-
-    @property
-    def has_images(self) -> bool:
-        return bool(self.images) or self.image_ref is not None
 
 
 class GenerationRequest(msgspec.Struct):

@@ -1,8 +1,9 @@
-"""The default recipe's 150-step run, repeated: held-out accuracy before/after and sampled reward of the first
-and last 25 steps, per run, with median and min-max (the README's learning figures). CI's short learning test is
+"""A recipe's 150-step run, repeated: held-out accuracy before/after and sampled reward of the first and last 25
+steps, per run, with median and min-max (the README's learning figures). The default configuration unless --recipe;
+--seeds gives run i the sampling and learner seed i (else every run the config's). CI's short learning test is
 tests/cpu/test_early_dip.py; this longer run lives here.
 
-    python -m benchmarks.learning.learning_repeats [--runs 5] [key=value ...]   (e.g. learner.total_steps=150)
+    python -m benchmarks.learning.learning_repeats [--runs 5] [--recipe recipes/x.yaml] [--seeds 0,1,2] [key=value ...]
 """
 
 from __future__ import annotations
@@ -35,23 +36,27 @@ def reward_ends(run_dir: Path) -> tuple[float, float]:
 def main() -> None:
     p = benchmark_parser(__doc__)
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--recipe", default=None, help="a recipe YAML (default: the default configuration)")
+    p.add_argument("--seeds", default="", help="comma-separated: run i samples and trains with seed i")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
+    seeds = [int(x) for x in args.seeds.split(",") if x]
     rows = []
-    for i in range(args.runs):
-        cfg = load_config(None, [*TEST_RUN, *args.overrides, f"metrics.run_name=learning-repeat-{i}"])
+    for i in range(len(seeds) or args.runs):
+        seeded = [f"learner.seed={seeds[i]}", f"rollout.seed={seeds[i]}"] if seeds else []
+        cfg = load_config(args.recipe, [*TEST_RUN, *args.overrides, *seeded, f"metrics.run_name=learning-repeat-{i}"])
         start_ray(cfg.scheduler, PlacementPlan(cfg).total_cpus)
         s = train(cfg)
         first, last = reward_ends(Path(s["run_dir"]))
-        rows.append({"run": i, "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"],
+        rows.append({"run": i, **({"seed": seeds[i]} if seeds else {}), "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"],
                      "eval_gain": s["eval_accuracy_after"] - s["eval_accuracy_before"],
                      "reward_first": first, "reward_last": last, "reward_gain": last - first, "wall_s": s["wall_s"]})
         print(rows[-1], flush=True)
     ray.shutdown()
     print_table(rows, list(rows[0]))
     summary = {k: spread([r[k] for r in rows]) for k in ("eval_before", "eval_after", "eval_gain", "reward_gain")}
-    path = write_result("learning_repeats", {"config": [*TEST_RUN, *args.overrides], "runs": rows, **summary},
-                        args.commit)
+    path = write_result("learning_repeats", {"recipe": args.recipe, "config": [*TEST_RUN, *args.overrides],
+                                             "seeds": seeds, "runs": rows, **summary}, args.commit)
     print(json.dumps(summary, indent=1), "->", path)
 
 

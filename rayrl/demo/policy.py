@@ -38,6 +38,10 @@ def _build_hash(demo: DemoConfig, data: DataConfig) -> str:
 
 def demo_tokenizer(data: DataConfig):
     """The tokenizer the demo policy of data.task is built with."""
+    if data.task == "visual_arithmetic":
+        from rayrl.demo.vision_policy import build_vision_tokenizer
+
+        return build_vision_tokenizer()
     return build_char_tokenizer() if data.task == "arithmetic" else build_chat_tokenizer()
 
 

@@ -171,3 +171,22 @@ def test_a_training_step_with_images_moves_the_language_model_only(vl_engine_and
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert moved and not any(".visual." in f".{n}" for n in moved)
     assert any("language_model" in n for n in moved)
+
+
+def test_preflight_refuses_images_for_a_text_model_and_a_placeholder_count_off(make_cfg, tmp_path):
+    from transformers import Qwen2Config
+
+    from rayrl.config import ConfigError
+    from rayrl.preflight import check_images, preflight
+    from rayrl.types import Task
+
+    build_char_tokenizer().save_pretrained(tmp_path)
+    Qwen2Config(vocab_size=80, hidden_size=64, num_hidden_layers=1, num_attention_heads=1).save_pretrained(tmp_path)
+    text_model = make_cfg("data.task=visual_arithmetic", "data.max_operand=9", "data.eval_size=20",
+                          f"model.path={tmp_path}")
+    with pytest.raises(ConfigError, match=r"task 'img:\d+\+\d+' carries images but the model .*has no vision tower"):
+        preflight(text_model)
+    two_for_one = Task("q3", f"{PLACEHOLDER}+{PLACEHOLDER}=", "5", images=(render(2, 3),))
+    with pytest.raises(ConfigError, match=r"task 'q3': 2 image placeholder\(s\) in the prompt for 1 image\(s\)"):
+        check_images(make_cfg("data.task=visual_arithmetic"), [two_for_one])
+    check_images(make_cfg("data.task=visual_arithmetic"), split_visual(0, 3, 4, seed=0)[0])  # the demo: accepted

@@ -1,0 +1,18 @@
+"""Vision-language RL through the real actors: a task's images stored once per task (never per sample), the
+rollout's log-probs equal to the learner's with images in context, and the run training to its end."""
+
+from __future__ import annotations
+
+from rayrl.trainer import train
+
+
+def test_visual_recipe_stores_each_task_images_once_and_samples_on_policy(ray_cluster, make_cfg):
+    cfg = make_cfg("data.task=visual_arithmetic", "data.max_operand=9", "data.eval_size=20",
+                   "demo.warmup_steps=100", "learner.total_steps=4", "rollout.max_staleness=1",
+                   "checkpoint.every_steps=2", "metrics.run_name=vision-pipeline")
+    summary = train(cfg)
+    assert summary["groups"]["trained"] == 4 * cfg.rollout.batch_size
+    # one object per fed task: far fewer than the samples that used the images
+    assert summary["image_puts"] == summary["prompts_fed"] >= summary["groups"]["produced"]
+    assert summary["samples"] == summary["groups"]["trained"] * cfg.rollout.group_size > summary["image_puts"]
+    assert summary["mismatch"]["mismatch_tokens"] > 0 and summary["mismatch"]["mismatch_max"] <= 1e-5
