@@ -18,6 +18,7 @@ from __future__ import annotations
 import msgspec
 import torch
 
+from rayrl.models.vision import stack_images
 from rayrl.types import Batch
 
 
@@ -156,10 +157,7 @@ def _images(batch: Batch, rows: list[int], rope: torch.Tensor | None) -> dict:
     """A micro-batch's vision-language fields: its rows' positions and their images in row order."""
     if batch.rope_positions is None:
         return {}
-    present = [batch.image_inputs[i] for i in rows if batch.image_inputs[i] is not None]
-    pixels = {"pixel_values": torch.cat([x.pixel_values for x in present]),
-              "image_grid_thw": torch.cat([x.image_grid_thw for x in present])} if present else {}
-    return {"rope_positions": rope, **pixels}
+    return {"rope_positions": rope, **stack_images([batch.image_inputs[i] for i in rows])}
 
 
 def packed(batch: Batch, rows: list[int]) -> MicroBatch:
