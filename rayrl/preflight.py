@@ -140,6 +140,11 @@ def check_images(cfg: Config, tasks: list[Task]) -> None:
     with_images = [t for t in tasks if t.images]
     if not with_images:
         return
+    if cfg.rollout.engine != "hf" or cfg.rollout.bitwise_on_policy:
+        raise ConfigError(f"task {with_images[0].id!r} carries images: only rollout.engine=hf takes them so far "
+                          f"(got rollout.engine={cfg.rollout.engine}, rollout.bitwise_on_policy="
+                          f"{str(cfg.rollout.bitwise_on_policy).lower()}); use rollout.engine=hf without the bitwise "
+                          "mode")
     for t in with_images:
         if (n := t.prompt.count(PLACEHOLDER)) != len(t.images):
             raise ConfigError(f"task {t.id!r}: {n} image placeholder(s) in the prompt for {len(t.images)} image(s); "

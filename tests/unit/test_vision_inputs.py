@@ -190,3 +190,31 @@ def test_preflight_refuses_images_for_a_text_model_and_a_placeholder_count_off(m
     with pytest.raises(ConfigError, match=r"task 'q3': 2 image placeholder\(s\) in the prompt for 1 image\(s\)"):
         check_images(make_cfg("data.task=visual_arithmetic"), [two_for_one])
     check_images(make_cfg("data.task=visual_arithmetic"), split_visual(0, 3, 4, seed=0)[0])  # the demo: accepted
+    with pytest.raises(ConfigError, match=r"only rollout.engine=hf takes them so far \(got rollout.engine=vllm"):
+        check_images(make_cfg("data.task=visual_arithmetic", "rollout.engine=vllm"), split_visual(0, 3, 4, seed=0)[0])
+
+
+def test_lora_with_images_trains_adapters_and_the_synced_engine_samples_exactly(tiny_vl, make_cfg, tmp_path):
+    from rayrl import components
+    from rayrl.batching import collate
+    from rayrl.models.lora import is_adapter
+
+    path = str(save_tiny_qwen2_vl(tmp_path / "model"))
+    cfg = make_cfg("rollout.temperature=1.0", "lora.enabled=true", "lora.rank=4", "learner.lr=1e-2")
+    engine, learner = components.rollout_engine(cfg, path), components.learner(cfg, path)
+    tasks = split_visual(0, 9, 20, seed=0)[0][:4]
+    groups = _sampled_groups(engine, tasks, n=4)
+    for g in groups:
+        for i, s in enumerate(g.samples):
+            s.reward = float(i % 2)
+    learner.train_step(collate(groups, engine.tokenizer.pad_token_id))
+    synced = dict(learner.named_full_weights())
+    assert synced and all(is_adapter(n) for n in synced)
+    assert any("lora_B" in n and t.abs().max() > 0 for n, t in synced.items())  # the adapters now change outputs
+    params = dict(engine.model.named_parameters())
+    with torch.no_grad():
+        for name, tensor in synced.items():  # what a sync carries, by name
+            params[name].copy_(tensor)
+    batch = collate(_sampled_groups(engine, tasks, n=4), engine.tokenizer.pad_token_id)
+    mask = batch.loss_mask > 0
+    assert (learner.compute_logprobs(batch) - batch.behav_logprobs)[mask].abs().max() <= 1e-5
