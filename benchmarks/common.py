@@ -61,3 +61,12 @@ def pyplot():
 
 def print_table(rows: list[dict], columns: list[str]) -> None:
     print(format_table(rows, columns))
+
+
+def prompt_dataset(rows: list[dict], fingerprint: str):
+    """TRL's prompts as a datasets.Dataset with a fingerprint given: otherwise datasets hashes its own state with
+    dill, which raised PicklingError ("Can't pickle <class 'MonthDayNano'>") with the GPU machine's pyarrow."""
+    import pyarrow as pa
+    from datasets import Dataset
+
+    return Dataset(pa.Table.from_pylist(rows), fingerprint=fingerprint)

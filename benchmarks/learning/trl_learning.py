@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import prompt_dataset
 from benchmarks.performance.trl_gpu import colocate_args, variant
 from rayrl.config import Config
 from rayrl.data import load_tasks
@@ -68,7 +69,6 @@ def vllm_greedy_accuracy(trainer, tokenizer, tasks, max_new_tokens: int) -> floa
 def run_trl(cfg: Config, hp: dict, model_path: Path, steps: int, eval_every: int, system: str = "trl") -> dict:
     """TRL on the config's task: on CPU as its users run it there; with cfg.on_gpu, vLLM colocate in the settings
     the system's name gives. Returns the accuracy curve against training wall time."""
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -120,7 +120,8 @@ def run_trl(cfg: Config, hp: dict, model_path: Path, steps: int, eval_every: int
                 clock["since"] = time.perf_counter()
 
     box["trainer"] = trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args,
-                                           train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                                           train_dataset=prompt_dataset(rows, "vs-trl-prompts"),
+                                           processing_class=tokenizer,
                                            callbacks=[HeldOut()])
     trainer.train()
     return {"system": system, "curve": curve, "wall_s": clock["train"], "samples_per_s": steps * batch / clock["train"],

@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+from benchmarks.common import prompt_dataset
+
 MARKER = "TRL_RESULT "
 
 # TRL tuned as its users tune it (TRL's docs on reducing memory and speeding up training): vLLM's memory share sized
@@ -88,9 +90,7 @@ def _timed(fn, calls: list, sync):
 
 
 def run(model_dir: str, s: dict) -> dict:
-    import pyarrow as pa
     import torch
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -124,10 +124,7 @@ def run(model_dir: str, s: dict) -> dict:
     def reward(completions, **_):  # random weights earn nothing; the reward's cost is not what is compared
         return [0.0 for _ in completions]
 
-    # a fingerprint given: datasets would otherwise hash its own state with dill, which raised PicklingError
-    # ("Can't pickle <class 'MonthDayNano'>") on the GPU machine's Python 3.12 and pyarrow
-    prompts = Dataset(pa.Table.from_pylist(rows), fingerprint="vs-trl-gpu-prompts")
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=prompts,
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=prompt_dataset(rows, "vs-trl-gpu-prompts"),
                           processing_class=tokenizer, callbacks=[Clock()])
     engine = trainer.vllm_generation  # its phases timed from outside: TRL's code is not changed
     engine.generate = _timed(engine.generate, phases["generate"], sync)
