@@ -7,6 +7,7 @@ episodes are in flight."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import ray
@@ -19,12 +20,15 @@ from rayrl.coalesce import Coalescer
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.device_memory import device_used_gb
+from rayrl.data.images import BadImages
 from rayrl.image_refs import task_images
 from rayrl.metrics import RayMetrics
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.rewards.combine import unscored
 from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
 from rayrl.workflows.base import EpisodeEngine, Sampling, request_seed
+
+log = logging.getLogger("rayrl")
 
 
 COUNTERS = {"rollout_samples_total": "samples generated", "rollout_tokens_total": "completion tokens",
@@ -59,7 +63,8 @@ class RolloutWorker:
                                                             r.ignore_eos), **common)
         self.eval_common = common
         self.stopped, self.joined, self.closing = False, False, False
-        self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0, "rejected": 0}
+        self.totals = {"groups": 0, "samples": 0, "tokens": 0, "gen_s": 0.0, "errors": 0, "rejected": 0,
+                       "bad_images": 0}
         self.metrics = RayMetrics("rollout", f"rollout-{index}", COUNTERS, GAUGES)
         self.episodes = EpisodeSet(self.metrics)  # episodes running now (generation, reward, hand-over)
         self.metrics.inc("rollout_starts_total")
@@ -110,8 +115,16 @@ class RolloutWorker:
         r = self.cfg.rollout
         engine = EpisodeEngine(self.generate, self._score_held_out,
                                sampling=Sampling(n, temperature, r.max_new_tokens, r.seed), **self.eval_common)
-        groups = await asyncio.gather(*(self.workflow.arun_episode(engine, t) for t in tasks))
+        groups = await asyncio.gather(*(self._held_out_episode(engine, t) for t in tasks))
         return [g for g in groups if g is not None]
+
+    async def _held_out_episode(self, engine: EpisodeEngine, task: Task) -> TrajectoryGroup | None:
+        try:
+            return await self.workflow.arun_episode(engine, task)
+        except BadImages as why:  # left out of the evaluation, as a rejected task is, and counted
+            log.warning("%s: held-out task left out: %s", self.label, why)
+            self.totals["bad_images"] += 1
+            return None
 
     @ray.method(concurrency_group="gen")
     async def run(self) -> dict:
@@ -136,6 +149,10 @@ class RolloutWorker:
         except RewardUnavailable as why:
             await self.buffer.fail.remote(self.index, task.id, str(why), self.life)
             return
+        except BadImages as why:  # seen only now (a task made during the run): rejected and counted, not a crash
+            log.warning("%s: rejected: %s", self.label, why)
+            self.totals["bad_images"] += 1
+            group = None
         except Exception:
             if self.closing:
                 return

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ray
 
+from rayrl.data.images import check_task_images
+from rayrl.models.vision import PLACEHOLDER
 from rayrl.types import Task, TrajectoryGroup
 
 
@@ -21,8 +23,12 @@ def put_images(tasks: list[Task]) -> tuple[list[Task], int]:
 
 
 async def task_images(task: Task) -> tuple[bytes, ...]:
-    """A task's PNG images, from the object store when it holds them (inside an async actor)."""
-    return await task.image_ref if task.image_ref is not None else task.images
+    """A task's PNG images, from the object store when it holds them (inside an async actor), checked: BadImages
+    names the task when they cannot be used."""
+    images = await task.image_ref if task.image_ref is not None else task.images
+    if images or PLACEHOLDER in task.prompt:
+        check_task_images(task.prompt, images, task.id)
+    return images
 
 
 def with_images(groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:

@@ -108,6 +108,7 @@ class Trainer:
             "mismatch": run.reporter.mismatch_summary(), "workflow": worker_totals["workflow"],
             "gateway": ray.get(system.gateway.stats.remote()) if system.gateway else {},
             "aborted_samples": worker_totals["aborted"], "skipped_steps": run.skipped_steps,
+            "bad_image_tasks": worker_totals["bad_images"],  # rejected by the rollout: images it could not use
             "learner_recoveries": run.failover.summary() if run.failover else [], "checkpoint_fallbacks": fallbacks,
             "max_staleness": cfg.rollout.max_staleness, "weight_sync": system.weight_sync,
             "prompts_fed": run.feeder.stream.fed,

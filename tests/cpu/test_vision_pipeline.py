@@ -1,5 +1,6 @@
 """Vision-language RL through the real actors: a task's images stored once per task (never per sample), the
-rollout's log-probs equal to the learner's with images in context, and the run training to its end."""
+rollout's log-probs equal to the learner's with images in context, tasks whose image does not decode rejected and
+counted, and the run training to its end."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from rayrl.trainer import train
 def test_visual_recipe_stores_each_task_images_once_and_samples_on_policy(ray_cluster, make_cfg):
     cfg = make_cfg("data.task=visual_arithmetic", "data.max_operand=9", "data.eval_size=20",
                    "demo.warmup_steps=100", "learner.total_steps=4", "rollout.max_staleness=1",
-                   "checkpoint.every_steps=2", "metrics.run_name=vision-pipeline")
+                   "checkpoint.every_steps=2", "metrics.run_name=vision-pipeline",
+                   "rollout.workflow=tests.cpu.faulty_images:EveryFifthBroken")
     summary = train(cfg)
     assert summary["groups"]["trained"] == 4 * cfg.rollout.batch_size
+    # a broken image seen only during the run: its task rejected and counted, never trained, the run goes on
+    assert summary["bad_image_tasks"] > 0 and summary["groups"]["rejected"] == summary["bad_image_tasks"]
     # one object per fed task: far fewer than the samples that used the images
     assert summary["image_puts"] == summary["prompts_fed"] >= summary["groups"]["produced"]
     assert summary["samples"] == summary["groups"]["trained"] * cfg.rollout.group_size > summary["image_puts"]

@@ -218,3 +218,21 @@ def test_lora_with_images_trains_adapters_and_the_synced_engine_samples_exactly(
     batch = collate(_sampled_groups(engine, tasks, n=4), engine.tokenizer.pad_token_id)
     mask = batch.loss_mask > 0
     assert (learner.compute_logprobs(batch) - batch.behav_logprobs)[mask].abs().max() <= 1e-5
+
+
+def test_the_rollout_check_names_a_task_whose_images_cannot_be_used():
+    import asyncio
+
+    from rayrl.data.images import BadImages, check_task_images
+    from rayrl.image_refs import task_images
+    from rayrl.types import Task
+
+    png = render(1, 2)
+    check_task_images(f"{PLACEHOLDER}=", (png,), "ok")
+    with pytest.raises(BadImages, match=r"task 't1': image 0 does not decode"):
+        check_task_images(f"{PLACEHOLDER}=", (b"\x89PNG broken",), "t1")
+    with pytest.raises(BadImages, match=r"task 't2': 1 image placeholder\(s\) in the prompt for 2 image\(s\)"):
+        asyncio.run(task_images(Task("t2", f"{PLACEHOLDER}=", "3", images=(png, png))))
+    with pytest.raises(BadImages, match=r"task 't3': 1 image placeholder\(s\) in the prompt for 0 image\(s\)"):
+        asyncio.run(task_images(Task("t3", f"{PLACEHOLDER}=", "3")))
+    assert asyncio.run(task_images(Task("t4", "1+2=", "3"))) == ()  # text tasks pass untouched
