@@ -56,8 +56,8 @@ class RolloutWorker:
         self.workflow = components.workflow(cfg, search_path)
         r = cfg.rollout
         max_context = self.engine.max_context or 1 << 30
-        common = dict(template=template, max_context=max_context, gateway=gateway, gateway_url=gateway_url, worker=index,
-                      images=task_images)
+        common = dict(template=template, max_context=max_context, gateway=gateway, gateway_url=gateway_url,
+                      worker=index, images=task_images)
         self.train_engine = EpisodeEngine(self.generate, self._score_to_train,
                                           sampling=Sampling(r.group_size, r.temperature, r.max_new_tokens, r.seed,
                                                             r.ignore_eos), **common)

@@ -1,9 +1,10 @@
 """What can be checked before Ray starts is checked before Ray starts: the reward function imports and takes
 (sample, task), the workflow class and agent function import, the files and directories the config names, the
 task's data (the file parses, has its fields and answers, leaves problems to train on), one sequence fits a
-micro-batch, tasks with images meet a vision-language policy and have a placeholder per image, LoRA's target modules exist in the model, a reward model's parser and path, sync.transport's own
-requirements, the cluster at scheduler.address answers. Each failure is a ConfigError naming the key or the file and line, the value, and what
-is expected."""
+micro-batch, tasks with images meet a vision-language policy, a placeholder per image and pictures that decode,
+LoRA's target modules exist in the model, a reward model's parser and path, sync.transport's own requirements,
+the cluster at scheduler.address answers. Each failure is a ConfigError naming the key or the file and line, the
+value, and what is expected."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from rayrl.config import Config, ConfigError
 from rayrl.data import PromptTemplate, load_tasks
+from rayrl.data.images import BadImages, check_task_images
 from rayrl.engines.registry import teacher_engine, transport_plan
 from rayrl.imports import load_object
 from rayrl.demo.policy import demo_tokenizer, qwen2_config
@@ -146,19 +148,20 @@ def check_images(cfg: Config, tasks: list[Task]) -> None:
                           f"{str(cfg.rollout.bitwise_on_policy).lower()}); use rollout.engine=hf without the bitwise "
                           "mode")
     for t in with_images:
-        if (n := t.prompt.count(PLACEHOLDER)) != len(t.images):
-            raise ConfigError(f"task {t.id!r}: {n} image placeholder(s) in the prompt for {len(t.images)} image(s); "
-                              f"write one {PLACEHOLDER} per image")
+        try:
+            check_task_images(t.prompt, t.images, t.id)
+        except BadImages as err:
+            raise ConfigError(f"data: {err}; write one {PLACEHOLDER} per image, each a picture") from None
     if cfg.model.path is not None:
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(str(Path(cfg.model.path).expanduser()))
+        config, key = AutoConfig.from_pretrained(str(Path(cfg.model.path).expanduser())), "model.path"
     else:
-        config = demo_config(cfg)
+        config, key = demo_config(cfg), f"the demo model of data.task={cfg.data.task}"
     try:
         check_vision_model(config, with_images[0].id)
     except ValueError as err:
-        raise ConfigError(f"model.path: {err}") from None
+        raise ConfigError(f"{key}: {err}") from None
 
 
 def check_lora(cfg: Config) -> None:
