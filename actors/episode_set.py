@@ -4,6 +4,22 @@ keeps its error, which stops the worker's lease loop and is raised once the othe
 from __future__ import annotations
 
 import asyncio
+import logging
+
+from rayrl.data.images import BadImages
+
+log = logging.getLogger("rayrl")
+
+
+async def episode_or_reject(workflow, engine, task, totals: dict, label: str):
+    """The workflow's episode for a task, or None (rejected) when the task's images cannot be used: seen only
+    during the run, counted in totals["bad_images"] and logged, never a crash."""
+    try:
+        return await workflow.arun_episode(engine, task)
+    except BadImages as why:
+        log.warning("%s: task rejected: %s", label, why)
+        totals["bad_images"] += 1
+        return None
 
 
 class EpisodeSet:

@@ -7,28 +7,24 @@ episodes are in flight."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 
 import ray
 from rayrl import components
 from rayrl.actors.engine_use import EngineUse
-from rayrl.actors.episode_set import EpisodeSet, workflow_stats
+from rayrl.actors.episode_set import EpisodeSet, episode_or_reject, workflow_stats
 from rayrl.actors.peers import peer
 from rayrl.actors.reward_scorers import RewardScorers, RewardUnavailable
 from rayrl.coalesce import Coalescer
 from rayrl.config import Config
 from rayrl.data.template import PromptTemplate
 from rayrl.engines.device_memory import device_used_gb
-from rayrl.data.images import BadImages
 from rayrl.image_refs import task_images
 from rayrl.metrics import RayMetrics
 from rayrl.models.tokenizer import load_tokenizer
 from rayrl.rewards.combine import unscored
 from rayrl.types import GenerationRequest, GroupMeta, Sample, Task, TrajectoryGroup
 from rayrl.workflows.base import EpisodeEngine, Sampling, request_seed
-
-log = logging.getLogger("rayrl")
 
 
 COUNTERS = {"rollout_samples_total": "samples generated", "rollout_tokens_total": "completion tokens",
@@ -115,16 +111,9 @@ class RolloutWorker:
         r = self.cfg.rollout
         engine = EpisodeEngine(self.generate, self._score_held_out,
                                sampling=Sampling(n, temperature, r.max_new_tokens, r.seed), **self.eval_common)
-        groups = await asyncio.gather(*(self._held_out_episode(engine, t) for t in tasks))
+        groups = await asyncio.gather(*(episode_or_reject(self.workflow, engine, t, self.totals, self.label)
+                                        for t in tasks))
         return [g for g in groups if g is not None]
-
-    async def _held_out_episode(self, engine: EpisodeEngine, task: Task) -> TrajectoryGroup | None:
-        try:
-            return await self.workflow.arun_episode(engine, task)
-        except BadImages as why:  # left out of the evaluation, as a rejected task is, and counted
-            log.warning("%s: held-out task left out: %s", self.label, why)
-            self.totals["bad_images"] += 1
-            return None
 
     @ray.method(concurrency_group="gen")
     async def run(self) -> dict:
@@ -145,14 +134,10 @@ class RolloutWorker:
         back and the loop stops with the error (never a silently lost prompt). Cut short by shutdown(): nothing
         handed over, the prompt stays leased until the buffer's requeue() gives it back."""
         try:
-            group = await self.workflow.arun_episode(self.train_engine, task)
+            group = await episode_or_reject(self.workflow, self.train_engine, task, self.totals, self.label)
         except RewardUnavailable as why:
             await self.buffer.fail.remote(self.index, task.id, str(why), self.life)
             return
-        except BadImages as why:  # seen only now (a task made during the run): rejected and counted, not a crash
-            log.warning("%s: rejected: %s", self.label, why)
-            self.totals["bad_images"] += 1
-            group = None
         except Exception:
             if self.closing:
                 return

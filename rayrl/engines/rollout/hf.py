@@ -76,6 +76,35 @@ def _gumbel(streams: list[torch.Generator], vocab: int) -> torch.Tensor:
     return -torch.log(-torch.log(u))
 
 
+def _prepared(vision: VisionPrompts | None, config, r: GenerationRequest):
+    """(prompt ids with each image placeholder expanded, image inputs or None)."""
+    if vision is None:
+        if r.images:
+            check_vision_model(config, r.request_id)
+        return list(r.prompt_ids), None
+    return vision.prepare(r.prompt_ids, r.images, r.request_id)
+
+
+def prompt_layout(requests: list[GenerationRequest], rows: list, vision: VisionPrompts | None, config, pad: int):
+    """The rows' prompts, left-padded: (expanded prompts, ids, mask, position ids, image kwargs). A vision-language
+    model's rows get 3-D rotary positions (0 on padding) and their images in row order; each request's images are
+    processed once for all its rows."""
+    prepared = {id(r): _prepared(vision, config, r) for r in requests}
+    prompts = [prepared[id(r)][0] for r, _ in rows]
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - len(p):] = torch.tensor(p)
+        mask[b, width - len(p):] = 1
+    if vision is None:
+        return prompts, ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), {}
+    pos = torch.zeros(3, *ids.shape, dtype=torch.long)
+    for b, (r, _) in enumerate(rows):
+        pos[:, b, width - len(prompts[b]):] = vision.positions(*prepared[id(r)])
+    return prompts, ids, mask, pos, stack_images([prepared[id(r)][1] for r, _ in rows])
+
+
 class HFRolloutEngine:
     def __init__(self, model_path: str, hf: HFConfig, setup: EngineSetup, tokenizer=None) -> None:
         torch.set_num_threads(max(1, setup.num_threads))
@@ -87,6 +116,7 @@ class HFRolloutEngine:
             self.model = add_adapters(self.model, setup.lora)
         self.model.eval()
         self.vision = VisionPrompts.load(model_path, self.model.config, self.tokenizer)  # None: text only
+        self._markup = torch.tensor(self.vision.tokens.markup if self.vision else [], dtype=torch.long)
         self.hf, self.setup = hf, setup
         self.version = 0
         self.sync_ranks = 1
@@ -141,42 +171,19 @@ class HFRolloutEngine:
         finally:
             self._gate.leave()
 
-    def _prepare(self, r: GenerationRequest):
-        """(prompt ids with each image placeholder expanded, image inputs or None)."""
-        if self.vision is None:
-            if r.images:
-                check_vision_model(self.model.config, r.request_id)
-            return list(r.prompt_ids), None
-        return self.vision.prepare(r.prompt_ids, r.images, r.request_id)
-
     def _decode(self, requests: list[GenerationRequest]) -> list[Sample]:
-        prepared = {id(r): self._prepare(r) for r in requests}
         rows = [(r, i) for r in requests for i in range(r.n)]
-        prompts = [prepared[id(r)][0] for r, _ in rows]
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for b, p in enumerate(prompts):
-            ids[b, width - len(p):] = torch.tensor(p)
-            mask[b, width - len(p):] = 1
+        prompts, ids, mask, pos, images = prompt_layout(requests, rows, self.vision, self.model.config, pad)
         temps = torch.tensor([r.temperature for r, _ in rows])
         greedy = temps == 0
         divisor = torch.where(greedy, 1.0, temps).unsqueeze(1)  # greedy rows report T=1 log-probs
         max_new = max(r.max_new_tokens for r, _ in rows)
         limits = torch.tensor([r.max_new_tokens for r, _ in rows])
         stops_at_eos = torch.tensor([not r.ignore_eos for r, _ in rows])
-
-        markup = torch.tensor(self.vision.tokens.markup if self.vision else [], dtype=torch.long)
         streams = [_sample_stream(r.seed, i) for r, i in rows]
         out_tokens, out_logp, out_ver = [], [], []
         done = torch.zeros(len(rows), dtype=torch.bool)
-        pos, images = (mask.cumsum(-1) - 1).clamp(min=0), {}
-        if self.vision is not None:  # 3-D rotary positions (left padding at 0), the rows' images in row order
-            pos = torch.zeros(3, *ids.shape, dtype=torch.long)
-            for b, (r, _) in enumerate(rows):
-                pos[:, b, width - len(prompts[b]):] = self.vision.positions(*prepared[id(r)])
-            images = stack_images([prepared[id(r)][1] for r, _ in rows])
         next_pos = pos.reshape(-1, *ids.shape).amax((0, 2)) + 1  # [rows]: where each row's first new token sits
         step_out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **images)
         for t in range(max_new):
@@ -188,7 +195,7 @@ class HFRolloutEngine:
             out_tokens.append(tok)
             out_logp.append(logp.gather(1, tok.unsqueeze(1)).squeeze(1))
             out_ver.append(self.version)
-            done |= ((tok == eos) & stops_at_eos) | (t + 1 >= limits) | torch.isin(tok, markup)
+            done |= ((tok == eos) & stops_at_eos) | (t + 1 >= limits) | torch.isin(tok, self._markup)
             self.decode_steps += 1
             if bool(done.all()):
                 break
@@ -198,11 +205,10 @@ class HFRolloutEngine:
             step_out = self.model(input_ids=tok.unsqueeze(1), attention_mask=mask,
                                   position_ids=step if self.vision is None else step.expand(3, -1, -1),
                                   use_cache=True, **{self._cache_kw: step_out[self._cache_kw]})
-        return self._to_samples(rows, prompts, torch.stack(out_tokens, 1), torch.stack(out_logp, 1), out_ver, eos,
-                                set(markup.tolist()))
+        return self._to_samples(rows, prompts, torch.stack(out_tokens, 1), torch.stack(out_logp, 1), out_ver, eos)
 
-    def _to_samples(self, rows, prompts, tokens, logps, versions, eos, markup) -> list[Sample]:
-        samples = []
+    def _to_samples(self, rows, prompts, tokens, logps, versions, eos) -> list[Sample]:
+        samples, markup = [], set(self._markup.tolist())
         for b, (r, _) in enumerate(rows):
             toks = tokens[b].tolist()
             stop = eos in toks and not r.ignore_eos
