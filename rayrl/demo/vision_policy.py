@@ -13,23 +13,24 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 from rayrl.config import DataConfig, DemoConfig
 from rayrl.demo.warmup import supervised_warmup, task_rows
 from rayrl.models.tokenizer import CHARS, build_char_tokenizer
-from rayrl.models.vision import VISION_TOKENS, VisionTokens, expand_placeholders, image_token_types, process_images
+from rayrl.models.vision import VIDEO_PAD, VISION_TOKENS, VisionTokens, expand_placeholders, image_token_types, process_images
 
 TINY_VL_SHAPE = dict(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
                      vision_depth=2, vision_dim=32)
 
 
 def build_vision_tokenizer(chars: list[str] = CHARS):
-    """One token per character plus the three image-markup tokens as specials."""
+    """One token per character plus the three image-markup tokens and Qwen2-VL's video pad (vLLM's processor
+    looks it up; no task holds a video) as specials."""
     tokenizer = build_char_tokenizer(chars)
-    tokenizer.add_special_tokens({"additional_special_tokens": VISION_TOKENS})
+    tokenizer.add_special_tokens({"additional_special_tokens": [*VISION_TOKENS, VIDEO_PAD]})
     return tokenizer
 
 
 def qwen2_vl_config(tokenizer, hidden_size: int, intermediate_size: int, num_layers: int, num_heads: int,
                     num_kv_heads: int, vision_depth: int, vision_dim: int,
                     max_position_embeddings: int = 512) -> Qwen2VLConfig:
-    start, pad, end = tokenizer.convert_tokens_to_ids(VISION_TOKENS)
+    start, pad, end, video = tokenizer.convert_tokens_to_ids([*VISION_TOKENS, VIDEO_PAD])
     head_dim = hidden_size // num_heads
     # M-RoPE: the head_dim / 2 rotary frequencies split between time, height and width, 2 : 3 : 3 as in Qwen2-VL
     section = [head_dim // 8, head_dim // 8 * 3 // 2, head_dim // 8 * 3 // 2]
@@ -41,7 +42,7 @@ def qwen2_vl_config(tokenizer, hidden_size: int, intermediate_size: int, num_lay
                 rope_parameters={"rope_type": "default", "mrope_section": section, "rope_theta": 10000.0})
     vision = dict(depth=vision_depth, embed_dim=vision_dim, hidden_size=hidden_size, num_heads=2, patch_size=14,
                   spatial_merge_size=2, temporal_patch_size=2)
-    return Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=pad, video_token_id=pad,  # no video
+    return Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=pad, video_token_id=video,
                          vision_start_token_id=start, vision_end_token_id=end, tie_word_embeddings=True)
 
 

@@ -12,6 +12,7 @@ from PIL import Image
 
 VISION_TOKENS = ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>"]  # Qwen2-VL's names
 PLACEHOLDER = "".join(VISION_TOKENS)  # one image's place in a prompt, before expansion
+VIDEO_PAD = "<|video_pad|>"  # never in a rayrl prompt, but Qwen2-VL tokenizers (and vLLM's processor) have it
 
 
 @dataclass(frozen=True)
@@ -22,12 +23,13 @@ class VisionTokens:
     pad: int
     end: int
     merge: int  # merged patches per side (Qwen2-VL: 2, so one token per 2 x 2 patches)
+    video: int | None = None  # the video pad, where the tokenizer has one
 
     @property
     def markup(self) -> list[int]:
-        """Tokens only a prompt's images hold: a sample that draws one ends before it (finish_reason "markup"),
-        since the learner's forward would take it for an image's place."""
-        return [self.start, self.pad, self.end]
+        """Tokens only a prompt's images (or videos) hold: a sample that draws one ends before it (finish_reason
+        "markup"), since the learner's forward would take it for an image's place."""
+        return [self.start, self.pad, self.end, *([] if self.video is None else [self.video])]
 
     @classmethod
     def of(cls, tokenizer, processor) -> "VisionTokens":
@@ -35,7 +37,9 @@ class VisionTokens:
         if tokenizer.unk_token_id in (start, pad, end):
             raise ValueError(f"the tokenizer has no image markup {VISION_TOKENS}: the model is not a vision-language "
                              "model, or its tokenizer was saved without them")
-        return cls(start=start, pad=pad, end=end, merge=processor.merge_size)
+        video = tokenizer.convert_tokens_to_ids(VIDEO_PAD)
+        return cls(start=start, pad=pad, end=end, merge=processor.merge_size,
+                   video=None if video == tokenizer.unk_token_id else video)
 
 
 @dataclass

@@ -4,14 +4,21 @@ counted, and the run training to its end."""
 
 from __future__ import annotations
 
+import pytest
+
 from rayrl.trainer import train
 
+VLLM = ["rollout.engine=vllm", "vllm.enforce_eager=true", "vllm.cpu_kv_cache_gb=0.25", "vllm.dtype=float32",
+        "vllm.max_images_per_prompt=1"]
 
-def test_visual_recipe_stores_each_task_images_once_and_samples_on_policy(ray_cluster, make_cfg):
+
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_visual_recipe_stores_each_task_images_once_and_samples_on_policy(ray_cluster, make_cfg, engine):
+    """On the hf engine and on vLLM's CPU engine (its own processor expands the images)."""
     cfg = make_cfg("data.task=visual_arithmetic", "data.max_operand=9", "data.eval_size=20",
                    "demo.warmup_steps=100", "learner.total_steps=4", "rollout.max_staleness=1",
-                   "checkpoint.every_steps=2", "metrics.run_name=vision-pipeline",
-                   "rollout.workflow=tests.cpu.faulty_images:EveryFifthBroken")
+                   "checkpoint.every_steps=2", f"metrics.run_name=vision-pipeline-{engine}",
+                   "rollout.workflow=tests.cpu.faulty_images:EveryFifthBroken", *(VLLM if engine == "vllm" else []))
     summary = train(cfg)
     assert summary["groups"]["trained"] == 4 * cfg.rollout.batch_size
     # a broken image seen only during the run: its task rejected and counted, never trained, the run goes on

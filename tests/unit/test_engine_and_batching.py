@@ -122,7 +122,7 @@ def test_vllm_engine_args_pass_vllm_own_validation(setup, fp32_head):
     cfg, path, *_ = setup
     cfg = cfg.model_copy(update={"vllm": cfg.vllm.model_copy(update={"lm_head_fp32": fp32_head})})
     setup = components.engine_setup(cfg)
-    model_config = engine_args(cfg.vllm, setup, path, "bfloat16", engine_mode(setup, cfg.vllm)).create_model_config()
+    model_config = engine_args(cfg.vllm, setup, path, {"dtype": "bfloat16"}, engine_mode(setup, cfg.vllm)).create_model_config()
     assert model_config.dtype == torch.bfloat16
     assert model_config.head_dtype == (torch.float32 if fp32_head else torch.bfloat16)
 

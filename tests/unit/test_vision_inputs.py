@@ -190,8 +190,14 @@ def test_preflight_refuses_images_for_a_text_model_and_a_placeholder_count_off(m
     with pytest.raises(ConfigError, match=r"task 'q3': 2 image placeholder\(s\) in the prompt for 1 image\(s\)"):
         check_images(make_cfg("data.task=visual_arithmetic"), [two_for_one])
     check_images(make_cfg("data.task=visual_arithmetic"), split_visual(0, 3, 4, seed=0)[0])  # the demo: accepted
-    with pytest.raises(ConfigError, match=r"only rollout.engine=hf takes them so far \(got rollout.engine=vllm"):
-        check_images(make_cfg("data.task=visual_arithmetic", "rollout.engine=vllm"), split_visual(0, 3, 4, seed=0)[0])
+    check_images(make_cfg("data.task=visual_arithmetic", "rollout.engine=vllm"), split_visual(0, 3, 4, seed=0)[0])
+    with pytest.raises(ConfigError, match=r"the bitwise on-policy mode takes text only"):
+        check_images(make_cfg("data.task=visual_arithmetic", "rollout.engine=vllm", "rollout.bitwise_on_policy=true",
+                              "cluster.n_gpus_per_node=1", "vllm.dtype=bfloat16", "learner.dtype=bfloat16"),
+                     split_visual(0, 3, 4, seed=0)[0])
+    two = Task("q4", f"{PLACEHOLDER}+{PLACEHOLDER}=", "5", images=(render(2, 3), render(1, 1)))
+    with pytest.raises(ConfigError, match=r"task 'q4' carries 2 images, more than vllm.max_images_per_prompt=1"):
+        check_images(make_cfg("rollout.engine=vllm", "vllm.max_images_per_prompt=1"), [two])
 
 
 def test_lora_with_images_trains_adapters_and_the_synced_engine_samples_exactly(tiny_vl, make_cfg, tmp_path):

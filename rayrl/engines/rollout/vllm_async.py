@@ -20,6 +20,7 @@ from pathlib import Path
 from rayrl.config import VLLMConfig
 from rayrl.engines.rollout.base import EngineSetup
 from rayrl.engines.rollout.vllm_modes import FullWeights, engine_mode
+from rayrl.engines.rollout.vllm_images import VLLMImages, engine_prompt, multimodal_args
 from rayrl.engines.rollout.vllm_update_gate import SETTLE_TICK_S, UpdateGate
 from rayrl.engines.rollout.vllm_versions import completion_versions
 from rayrl.types import GenerationRequest, Sample
@@ -59,14 +60,14 @@ def head_overrides(lm_head_fp32: bool) -> dict:
     return {"head_dtype": "float32"} if lm_head_fp32 else {}
 
 
-def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, dtype: str, mode: FullWeights):
+def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, hf_config: dict, mode: FullWeights):
     """vLLM's AsyncEngineArgs for this config: one place that maps vllm.* keys to vLLM's names; the mode adds its
-    own (the transport's receiver, bitwise kernels and pages, LoRA slots)."""
+    own (the transport's receiver, bitwise kernels and pages, LoRA slots), a vision-language model its limits."""
     from vllm import AsyncEngineArgs
 
     kv_gb = v.kv_cache_gb if v.kv_cache_gb is not None or setup.on_gpu else v.cpu_kv_cache_gb
     return AsyncEngineArgs(
-        model=model_path, skip_tokenizer_init=True, dtype=dtype, load_format=v.load_format,
+        model=model_path, dtype=engine_dtype(v, hf_config), load_format=v.load_format,
         max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
         kv_cache_memory_bytes=None if kv_gb is None else int(kv_gb * 2**30),
         tensor_parallel_size=v.tensor_parallel_size,
@@ -75,7 +76,7 @@ def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, dtype: str, 
         logprobs_mode="processed_logprobs",  # behaviour log-probs at the sampling temperature
         max_num_seqs=v.max_num_seqs, max_num_batched_tokens=v.max_num_batched_tokens,
         hf_overrides=head_overrides(v.lm_head_fp32), enable_sleep_mode=setup.sleeps,
-        seed=setup.seed, disable_log_stats=True, **mode.engine_args(v))
+        seed=setup.seed, disable_log_stats=True, **multimodal_args(v, hf_config), **mode.engine_args(v))
 
 
 def sampled_logprobs(logprobs, tokens: list[int]) -> list[float]:
@@ -88,27 +89,29 @@ def sampled_logprobs(logprobs, tokens: list[int]) -> list[float]:
     return [lp[t].logprob for lp, t in zip(logprobs, tokens)]
 
 
-def request_samples(r: GenerationRequest, final, marks: list, version: int, tokenizer) -> list[Sample]:
+def request_samples(r: GenerationRequest, final, marks: list, version: int, tokenizer,
+                    images: VLLMImages) -> list[Sample]:
     """One sample per completion of the request's final output (an aborted one: empty, finish_reason "abort"),
     its tokens' versions from the marks of the weight updates it ran through."""
     by_index = {c.index: c for c in (final.outputs if final is not None else [])}
+    prompt_ids = images.prompt_ids(r, final)
     samples = []
     for i in range(r.n):
         c = by_index.get(i)
-        tokens = list(c.token_ids) if c is not None else []
+        tokens, logprobs, reason = images.cut(
+            list(c.token_ids) if c is not None else [], sampled_logprobs(c.logprobs, c.token_ids) if c is not None
+            else [], c.finish_reason if c is not None and c.finish_reason else "abort")
         samples.append(Sample(
-            request_id=r.request_id, prompt_ids=list(r.prompt_ids), completion_ids=tokens,
-            logprobs=sampled_logprobs(c.logprobs, tokens) if c is not None else [],
-            versions=completion_versions(len(tokens), marks, i, version),
-            finish_reason=(c.finish_reason if c is not None and c.finish_reason else "abort"),
+            request_id=r.request_id, prompt_ids=prompt_ids, completion_ids=tokens, logprobs=logprobs,
+            versions=completion_versions(len(tokens), marks, i, version), finish_reason=reason,
             text=tokenizer.decode(tokens, skip_special_tokens=True)))
     return samples
 
 
 class VLLMRolloutEngine:
     def __init__(self, model_path: str, vllm: VLLMConfig, setup: EngineSetup, tokenizer) -> None:
-        hf_config = check_engine_inputs(model_path, vllm)
-        self.dtype = engine_dtype(vllm, hf_config)
+        self.hf_config = hf_config = check_engine_inputs(model_path, vllm)
+        self.images = VLLMImages(model_path, hf_config, tokenizer)  # a vision-language model's prompts and markup
         self.max_context = vllm.max_model_len or hf_config.get("max_position_embeddings") or 0  # prompt + completion
         self.vllm, self.setup, self.tokenizer = vllm, setup, tokenizer
         self.version = 0
@@ -146,7 +149,7 @@ class VLLMRolloutEngine:
         # weight update finds every output either applied or still queued: exact token counts without a drain
         os.environ["VLLM_V1_OUTPUT_PROC_CHUNK_SIZE"] = str(2**30)
         self.gate.start()
-        args = engine_args(self.vllm, self.setup, model_path, self.dtype, self.mode)
+        args = engine_args(self.vllm, self.setup, model_path, self.hf_config, self.mode)
         try:
             # LLM_CLASS: vLLM's batch-throughput defaults (on a large GPU 1024 sequences, 16384 tokens per step);
             # the default context sizes the engine for serving (128 sequences, 2048 tokens)
@@ -180,7 +183,8 @@ class VLLMRolloutEngine:
         params = SamplingParams(n=r.n, max_tokens=r.max_new_tokens, temperature=r.temperature, logprobs=0, seed=r.seed,
                                 ignore_eos=r.ignore_eos, detokenize=False, flat_logprobs=True,
                                 output_kind=RequestOutputKind.FINAL_ONLY,
-                                stop_token_ids=[] if r.ignore_eos else [self.tokenizer.eos_token_id])
+                                stop_token_ids=[*([] if r.ignore_eos else [self.tokenizer.eos_token_id]),
+                                                *self.images.markup])
         rid = f"{r.request_id}-{uuid.uuid4().hex[:8]}"
         await self.gate.enter(rid)  # a weight update in progress: start on the new weights
         timed_out = []
@@ -188,13 +192,13 @@ class VLLMRolloutEngine:
         timer = self._loop.call_later(timeout, self._expire, rid, timed_out)
         final = None
         try:
-            async for out in self.llm.generate({"prompt_token_ids": list(r.prompt_ids)}, params, request_id=rid,
+            async for out in self.llm.generate(engine_prompt(r), params, request_id=rid,
                                                lora_request=self._weights.request):
                 final = out
         finally:
             timer.cancel()
             marks = self.gate.marks.close(rid)
-        samples = request_samples(r, final, marks, self.version, self.tokenizer)
+        samples = request_samples(r, final, marks, self.version, self.tokenizer, self.images)
         self.counts["aborted"] += sum(s.finish_reason == "abort" for s in samples)
         self.counts["timed_out"] += len(timed_out) * r.n
         self.counts["tokens_done"] += sum(len(s.completion_ids) for s in samples)
