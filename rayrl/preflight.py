@@ -240,12 +240,28 @@ def check_transport(cfg: Config) -> None:
         raise ConfigError(why)
 
 
-def preflight(cfg: Config) -> tuple[list[Task], list[Task]]:
-    """Every check; returns the task's (train, held-out) problems, loaded while checking them."""
+def check_given_tasks(tasks) -> tuple[list[Task], list[Task]]:
+    """A caller's own (train, held-out) tasks instead of data.*: two lists of Task, some to train on, ids unique."""
+    if not (isinstance(tasks, (tuple, list)) and len(tasks) == 2
+            and all(isinstance(part, list) and all(isinstance(t, Task) for t in part) for part in tasks)):
+        raise ConfigError("tasks must be (train, held_out): two lists of rayrl.types.Task")
+    train, held_out = tasks
+    if not train:
+        raise ConfigError("tasks: the training list is empty")
+    ids = [t.id for t in [*train, *held_out]]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"tasks: task ids repeat (e.g. {next(i for i in ids if ids.count(i) > 1)!r}); give each "
+                          "task its own id")
+    return list(train), list(held_out)
+
+
+def preflight(cfg: Config, tasks=None) -> tuple[list[Task], list[Task]]:
+    """Every check; returns the (train, held-out) problems: data.*'s, loaded while checking them, or the caller's
+    own (tasks), checked alike."""
     check_reward_fn(cfg.reward.fn)
     check_workflow(cfg)
     check_paths(cfg)
-    tasks = check_data(cfg)
+    tasks = check_data(cfg) if tasks is None else check_given_tasks(tasks)
     check_micro_batch(cfg, [*tasks[0], *tasks[1]])
     check_images(cfg, [*tasks[0], *tasks[1]])
     check_lora(cfg)

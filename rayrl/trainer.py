@@ -26,9 +26,10 @@ class Trainer:
     """One training job. __init__ checks what it can before Ray starts (the config's files, functions and the
     checkpoint directory); run() creates the actors and trains to learner.total_steps."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, tasks=None) -> None:
+        """tasks: (train, held-out) lists of your own Task objects (images included) in place of data.*'s."""
         logs.configure(cfg.metrics.log_level)
-        self.tasks = preflight(cfg)  # before Ray starts and before any model is built; (train, held-out) tasks
+        self.tasks = preflight(cfg, tasks)  # before Ray starts and before any model is built; (train, held-out)
         self.cfg = cfg
         self.run_dir = RunDirectory(cfg.metrics, cfg.checkpoint)
 
@@ -136,6 +137,7 @@ def _alive(actor, timeout_s: float = 5.0) -> bool:
     return True
 
 
-def train(cfg: Config) -> dict:
-    """Run one training job end to end and return its summary."""
-    return Trainer(cfg).run()
+def train(cfg: Config, tasks=None) -> dict:
+    """Run one training job end to end and return its summary; tasks: your own (train, held-out) Task lists in
+    place of data.*'s."""
+    return Trainer(cfg, tasks).run()

@@ -94,12 +94,13 @@ PARTS = ("gen_tokens_per_s", "learner_tflops", "train_s", "sync_s", "sync_pause_
 
 
 def run_once(config: str | None, overrides: list[str], eta: int, steps: int, warmup: int, name: str,
-             sampler: GpuBusySampler) -> dict:
+             sampler: GpuBusySampler, tasks=None) -> dict:
+    """One run measured over the window after `warmup` steps; tasks: the caller's own (train, held-out) tasks."""
     cfg = load_config(config, [*overrides, f"learner.total_steps={steps}", f"rollout.max_staleness={eta}",
                                "metrics.progress=false", "eval.every_steps=0", "checkpoint.save_final=false", "checkpoint.every_steps=0",
                                f"metrics.run_name={name}", "scheduler.include_dashboard=false"])
     start_ray(cfg.scheduler, 3)
-    s = train(cfg)
+    s = train(cfg, tasks)
     recs = [r for r in map(json.loads, (Path(s["run_dir"]) / "metrics.jsonl").read_text().splitlines()) if "step" in r]
     kept = recs[warmup:]
     if len(kept) < 2:
@@ -129,7 +130,8 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
                           "gpu_busy": sampler.busy(r["time"] - r["step_s"], r["time"])} for i, r in enumerate(recs)],
             # the first rollout worker's side of each sync: its hold, vLLM's pause, the wait for its outputs
             **{k: med(lambda r: r[k]) for k in SYNC_PARTS if all(k in r for r in kept)},
-            "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"]}
+            "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"],
+            "mismatch": s["mismatch"]}
 
 
 def summarize(runs: list[dict], etas: list[int]) -> list[dict]:

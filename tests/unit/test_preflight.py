@@ -64,3 +64,18 @@ def test_cli_exits_2_with_one_message(args, message, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "rayrl.cli", *args, f"metrics.run_dir={tmp_path}"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_callers_own_tasks_replace_the_data_sections_and_are_checked():
+    from rayrl.types import Task
+
+    cfg = load_config(None, [])
+    train = [Task(f"t{i}", f"{i}+1=", str(i + 1)) for i in range(4)]
+    held = [Task("h0", "7+1=", "8")]
+    assert preflight(cfg, (train, held)) == (train, held)
+    with pytest.raises(ConfigError, match=r"tasks must be \(train, held_out\): two lists of rayrl.types.Task"):
+        preflight(cfg, train)
+    with pytest.raises(ConfigError, match="the training list is empty"):
+        preflight(cfg, ([], held))
+    with pytest.raises(ConfigError, match=r"task ids repeat \(e.g. 't1'\)"):
+        preflight(cfg, (train, [Task("t1", "1+1=", "2")]))
