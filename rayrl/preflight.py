@@ -21,7 +21,7 @@ from rayrl.imports import load_object
 from rayrl.demo.policy import demo_tokenizer, qwen2_config
 from rayrl.models.lora import check_targets
 from rayrl.models.tokenizer import load_tokenizer
-from rayrl.models.vision import PLACEHOLDER, check_vision_model
+from rayrl.models.vision import PLACEHOLDER, check_vision_model, expanded_image_tokens
 from rayrl.rewards.registry import load_reward_fn
 from rayrl.types import Task
 
@@ -118,11 +118,25 @@ def check_micro_batch(cfg: Config, tasks: list[Task]) -> None:
     else:
         tokenizer = demo_tokenizer(cfg.data)
     template = PromptTemplate(tokenizer)
-    longest = max(len(template.encode(t)) for t in tasks) + cfg.rollout.max_new_tokens
+    processor = image_processor(cfg) if any(t.images for t in tasks) else None
+    # an image's single pad in the encoded prompt becomes its expanded image tokens
+    longest = max(len(template.encode(t)) + (expanded_image_tokens(t.images, processor) - len(t.images)
+                                              if t.images else 0) for t in tasks) + cfg.rollout.max_new_tokens
     if longest > cfg.learner.max_tokens_per_micro_batch:
         raise ConfigError(f"learner.max_tokens_per_micro_batch={cfg.learner.max_tokens_per_micro_batch} is below one "
                           f"sequence: the longest prompt plus rollout.max_new_tokens is {longest} tokens; raise it to "
                           f"at least {longest}")
+
+
+def image_processor(cfg: Config):
+    """The policy's image processor: model.path's, or the demo vision model's."""
+    if cfg.model.path is None:
+        from rayrl.demo.vision_policy import image_processor as demo_processor
+
+        return demo_processor()
+    from transformers import AutoImageProcessor
+
+    return AutoImageProcessor.from_pretrained(str(Path(cfg.model.path).expanduser()))
 
 
 def demo_config(cfg: Config):
@@ -262,8 +276,8 @@ def preflight(cfg: Config, tasks=None) -> tuple[list[Task], list[Task]]:
     check_workflow(cfg)
     check_paths(cfg)
     tasks = check_data(cfg) if tasks is None else check_given_tasks(tasks)
+    check_images(cfg, [*tasks[0], *tasks[1]])  # first: the micro-batch check reads the pictures' sizes
     check_micro_batch(cfg, [*tasks[0], *tasks[1]])
-    check_images(cfg, [*tasks[0], *tasks[1]])
     check_lora(cfg)
     check_reward_model(cfg)
     check_teacher(cfg)

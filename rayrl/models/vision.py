@@ -64,6 +64,14 @@ def process_images(images: tuple[bytes, ...], processor) -> ImageInputs:
     return ImageInputs(pixel_values=out["pixel_values"], image_grid_thw=out["image_grid_thw"])
 
 
+def expanded_image_tokens(images: tuple[bytes, ...], processor) -> int:
+    """The image tokens a task's pictures expand to, summed over its placeholders, from each picture's size alone
+    (nothing processed)."""
+    merge = processor.merge_size ** 2
+    sizes = [Image.open(io.BytesIO(png)).size for png in images]  # (width, height), read from the header
+    return sum(processor.get_number_of_image_patches(h, w, {}) // merge for w, h in sizes)
+
+
 def expand_placeholders(prompt_ids: list[int], inputs: ImageInputs, vt: VisionTokens, task_id: str) -> list[int]:
     """The prompt with each image's single pad token repeated once per merged patch; the number of
     placeholders must equal the number of images."""

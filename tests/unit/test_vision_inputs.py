@@ -242,3 +242,17 @@ def test_the_rollout_check_names_a_task_whose_images_cannot_be_used():
     with pytest.raises(BadImages, match=r"task 't3': 1 image placeholder\(s\) in the prompt for 0 image\(s\)"):
         asyncio.run(task_images(Task("t3", f"{PLACEHOLDER}=", "3")))
     assert asyncio.run(task_images(Task("t4", "1+2=", "3"))) == ()  # text tasks pass untouched
+
+
+def test_preflight_counts_a_prompts_expanded_image_tokens_against_the_micro_batch(make_cfg):
+    from rayrl.config import ConfigError
+    from rayrl.preflight import check_micro_batch
+    from rayrl.types import Task
+
+    big = Task("big", f"{PLACEHOLDER}=", "5", images=(render(2, 3, (112, 112)),))  # 16 image tokens
+    cfg = make_cfg("data.task=visual_arithmetic", "rollout.max_new_tokens=6", "learner.max_tokens_per_micro_batch=24")
+    # BOS, start, 16 image tokens, end, "=" and 6 new tokens: 26 > 24, though the unexpanded prompt holds 5
+    with pytest.raises(ConfigError, match="the longest prompt plus rollout.max_new_tokens is 26 tokens"):
+        check_micro_batch(cfg, [big])
+    check_micro_batch(make_cfg("data.task=visual_arithmetic", "rollout.max_new_tokens=6",
+                               "learner.max_tokens_per_micro_batch=26"), [big])
