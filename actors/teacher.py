@@ -9,7 +9,7 @@ import ray
 
 from rayrl import components
 from rayrl.batched_calls import BatchedCalls
-from rayrl.config import TeacherConfig
+from rayrl.config import TeacherConfig, VLLMConfig
 from rayrl.metrics import RayMetrics
 from rayrl.types import TokenScoreRequest
 
@@ -20,10 +20,10 @@ COUNTERS = {"teacher_requests_total": "calls from reward actors", "teacher_token
 @ray.remote(num_cpus=0)
 class TeacherActor:
     def __init__(self, teacher: TeacherConfig, temperature: float, on_gpu: bool, index: int = 0,
-                 num_threads: int = 1) -> None:
+                 num_threads: int = 1, vllm: VLLMConfig | None = None) -> None:
         """Also what a restart runs: the teacher comes back from teacher.path. temperature: the student's sampling
-        temperature, at which the teacher's log-probs are taken."""
-        self.engine = components.teacher(teacher, temperature, on_gpu, num_threads)
+        temperature, at which the teacher's log-probs are taken; vllm: the vllm section (teacher.engine=vllm)."""
+        self.engine = components.teacher(teacher, temperature, on_gpu, num_threads, vllm)
         self.calls = BatchedCalls(self.engine.score)
         self.requests, self.tokens, self.counted_calls = 0, 0, 0
         self.metrics = RayMetrics("teacher", f"teacher-{index}", COUNTERS)

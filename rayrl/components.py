@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from rayrl.config import Config, TeacherConfig
+from rayrl.config import Config, TeacherConfig, VLLMConfig
 from rayrl.engines.learner.base import LearnerSetup
 from rayrl.engines.registry import ROLLOUT_ENGINES, resolve, teacher_engine
 from rayrl.engines.rollout.base import EngineSetup
@@ -50,9 +50,16 @@ def workflow(cfg: Config, search_path: list[str] | None = None):
     return cls(cfg.agent)
 
 
-def teacher(section: TeacherConfig, temperature: float, on_gpu: bool, num_threads: int = 1):
-    """teacher.engine's teacher of the student's tokens, from teacher.path (frozen, never in a weight sync)."""
-    return teacher_engine(section.engine)(section.path, temperature, on_gpu, num_threads)
+def teacher(section: TeacherConfig, temperature: float, on_gpu: bool, num_threads: int = 1,
+            vllm: VLLMConfig | None = None):
+    """teacher.engine's teacher of the student's tokens, from teacher.path (frozen, never in a weight sync); the
+    vllm engine takes the vllm section's settings with the teacher's own memory share, on one GPU."""
+    engine = teacher_engine(section.engine)
+    if section.engine == "vllm":
+        own = (vllm or VLLMConfig()).model_copy(update={"gpu_memory_utilization": section.gpu_memory_utilization,
+                                                        "tensor_parallel_size": 1})
+        return engine(section.path, temperature, on_gpu, num_threads, own)
+    return engine(section.path, temperature, on_gpu, num_threads)
 
 
 def reward_model(cfg: Config, model_path: str, num_threads: int = 1, search_path: list[str] | None = None):

@@ -109,7 +109,8 @@ class TeacherConfig(ServedModelConfig):
 
     enabled: bool = F(False, "Score each sample's completion tokens with the teacher; the loss follows algorithm.")
     path: str | None = F(None, "A local Hugging Face model with the policy's tokenizer (needed when enabled).")
-    engine: str = F("hf", "hf (plain torch), or module:Class of a teacher engine (rayrl.engines.registry).")
+    engine: str = F("hf", "hf (plain torch), vllm (prompt log-probs; the vllm section's settings), or module:Class "
+                          "of a teacher engine (rayrl.engines.registry).")
 
 
 class RewardModelConfig(ServedModelConfig):

@@ -85,7 +85,7 @@ class ActorSystem:
             cfg, self.reward_model_path, i, self.placement.threads("reward_model"), [os.getcwd()]), RewardModelActor)
         teachers = [f"teacher-{i}" for i in range(t.num_actors)] if t.enabled else []
         self.teachers = self._served(teachers, "teacher", t, "starting the teachers", lambda i: (
-            t, cfg.rollout.temperature, cfg.on_gpu, i, self.placement.threads("teacher")), TeacherActor)
+            t, cfg.rollout.temperature, cfg.on_gpu, i, self.placement.threads("teacher"), cfg.vllm), TeacherActor)
         models, teachers = names or [None], teachers or [None]  # reward actors are restartable: peers by name
         self.rewards = [RewardActor.options(**self._options(f"reward-{i}", "service"), max_restarts=r.max_restarts,
                                             max_task_retries=r.max_restarts, max_concurrency=r.max_threads)

@@ -10,6 +10,7 @@ ROLLOUT_ENGINES = {
 }
 TEACHER_ENGINES = {  # teacher.engine -> its engine: score(TokenScoreRequest list) -> completion log-probs
     "hf": "rayrl.engines.teacher.hf:HFTeacher",
+    "vllm": "rayrl.engines.teacher.vllm:VLLMTeacher",
 }
 LEARNER_BACKENDS = {
     "torch": "rayrl.engines.learner.torch_backend:TorchBackend",
