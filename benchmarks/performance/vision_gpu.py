@@ -50,7 +50,7 @@ def overrides(model: Path, tokens: int, small_gpu: bool) -> list[str]:
             "vllm.enforce_eager=false", "vllm.max_model_len=1024", "vllm.max_images_per_prompt=1",
             "rollout.ignore_eos=true", f"rollout.max_new_tokens={tokens}", f"rollout.batch_size={PROMPTS}",
             f"rollout.group_size={GROUP}", "rollout.temperature=1.0", "learner.backend=fsdp",
-            "learner.dtype=bfloat16", "learner.compile=false", "learner.max_tokens_per_micro_batch=16384",
+            "learner.dtype=bfloat16", "learner.compile=false", "learner.max_tokens_per_micro_batch=4096",
             "learner.lr=1e-6", "algorithm.beta=0", "algorithm.dynamic_sampling=false", "sync.dtype=bfloat16",
             "placement.mode=share", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.2",
             "learner.gpu_memory_fraction=0.7", "vllm.max_num_seqs=256",
