@@ -31,7 +31,8 @@ def _build_hash(demo: DemoConfig, data: DataConfig) -> str:
         "data": data.model_dump(),
         "chars": "".join(CHARS),
         **({"chat_template": CHAT_TEMPLATE} if data.task != "arithmetic" else {}),
-        **({"vision_tokens": [*VISION_TOKENS, VIDEO_PAD]} if data.task == "visual_arithmetic" else {}),
+        **({"vision_tokens": [*VISION_TOKENS, VIDEO_PAD], "video_pad_row": "added after the draws"}
+           if data.task == "visual_arithmetic" else {}),
         "transformers": transformers.__version__,
         "torch": torch.__version__.split("+")[0],
     }

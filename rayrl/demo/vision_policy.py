@@ -70,11 +70,17 @@ def build_vision_policy(demo: DemoConfig, data: DataConfig):
     from rayrl.data.visual_arithmetic import split_visual
 
     tokenizer, processor = build_vision_tokenizer(), image_processor()
-    torch.manual_seed(demo.seed)
-    model = Qwen2VLForConditionalGeneration(qwen2_vl_config(
+    config = qwen2_vl_config(
         tokenizer, hidden_size=demo.hidden_size, intermediate_size=demo.intermediate_size, num_layers=demo.num_layers,
         num_heads=demo.num_heads, num_kv_heads=demo.num_kv_heads, vision_depth=demo.vision_depth,
-        vision_dim=demo.vision_dim, max_position_embeddings=demo.max_position_embeddings))
+        vision_dim=demo.vision_dim, max_position_embeddings=demo.max_position_embeddings)
+    # the weights are drawn for the vocabulary without the video pad (the last token), then its row is added: the
+    # same draws as before vLLM's processor needed that token. The recipe's held-out gain depends on the draws
+    # (docs/vision.md lists the builds measured)
+    config.text_config.vocab_size = len(tokenizer) - 1
+    torch.manual_seed(demo.seed)
+    model = Qwen2VLForConditionalGeneration(config)
+    model.resize_token_embeddings(len(tokenizer))
     train, _ = split_visual(data.min_operand, data.max_operand, data.eval_size, data.seed)
     vt = VisionTokens.of(tokenizer, processor)
     inputs = [process_images(t.images, processor) for t in train]
