@@ -41,6 +41,8 @@
 #                                 vs-trl-reverse: the same, order reversed; vs-trl-mps, vs-trl-mps-reverse: under a
 #                                 CUDA MPS daemon; STEPS, WARMUP and ASYNC_OVERRIDES as for async, LIMIT (s, 590)
 #                                 (needs benchmarks/requirements-gpu-bench.txt staged beside the project's packages)
+#                                 vision: a Qwen2.5-VL-3B-shaped policy with a picture in every prompt against a
+#                                 text-only run of the same token counts, and the log-prob gap (vision_gpu)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh throughput-tp2   # 2 GPUs: rollout_throughput --tp 2
@@ -191,8 +193,10 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
       model.path="$work/model" data.path="$work/gsm8k.jsonl" rollout.batch_size=16 data.eval_size=32 \
       vllm.enforce_eager=true metrics.run_dir=/tmp/gpu-runs metrics.progress=false checkpoint.save_final=false
     ;;
+  vision) CUDA_VISIBLE_DEVICES=0 step vision_gpu "${LIMIT:-480}" python3 -m benchmarks.performance.vision_gpu --commit "$commit" \
+    --steps "${STEPS:-8}" --warmup "${WARMUP:-3}" ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.performance.rollout_throughput --commit "$commit" --tp 2 ;;
-  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise-steps, bitwise, profile-bitwise, vs-trl, vs-trl-reverse, vs-trl-mps, vs-trl-mps-reverse, two-gpu, throughput-tp2 or faults"; exit 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise-steps, bitwise, profile-bitwise, vs-trl, vs-trl-reverse, vs-trl-mps, vs-trl-mps-reverse, vision, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }
 
