@@ -84,12 +84,16 @@ def main() -> None:
     model = save_random_qwen2_5_vl(Path(tempfile.mkdtemp()) / "qwen2.5-vl-3b", max_pixels=args.image ** 2,
                                    device="cuda")
     settings = overrides(model, args.tokens, gib < 100)
-    runs = []
+    runs, partial = [], None
     with GpuBusySampler() as sampler:
         for rep in range(args.repeats):
             for kind in (("images", "text") if rep % 2 == 0 else ("text", "images")):
                 runs.append({"repeat": rep, **one_run(kind, settings, args, sampler)})
                 print(f"repeat {rep} {kind}: {runs[-1]['tokens_per_s']:.0f} tokens/s", flush=True)
+                # each finished run on disk at once: a device call cut at its limit loses only the run in flight
+                partial = write_result("vision_gpu-partial", {"settings": settings, "runs": runs}, args.commit,
+                                       path=partial)
+    partial.unlink()
     ratio = [next(r["tokens_per_s"] for r in runs if r["repeat"] == rep and r["kind"] == "images")
              / next(r["tokens_per_s"] for r in runs if r["repeat"] == rep and r["kind"] == "text")
              for rep in range(args.repeats)]
