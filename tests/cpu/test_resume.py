@@ -1,6 +1,6 @@
 """Exact resume: η = 0 and a fixed seed, 6 steps straight against 3 steps, a SIGKILL of the driver (and
 its private cluster), and a resume for the other 3: the same final weights, bit for bit, and the same
-per-step metrics. Also: a rerun of a finished run's name starts a new run directory.
+per-step metrics.
 
 Bit for bit needs algorithm.dynamic_sampling=false: with it, prompts that replace dropped groups reach
 the engine one at a time, so which groups share an engine call depends on timing, and padding in a
@@ -73,14 +73,7 @@ def test_killed_run_resumes_to_the_same_weights_and_metrics(tmp_path, model_cach
     for file in files:  # LoRA: the merged export and the adapters themselves
         a, b = load_file(runs / "straight" / "final" / file), load_file(runs / "resumed" / "final" / file)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), file
-    if variant:
-        return
-
-    # the same name again with resume=never: a new directory, the finished run untouched
-    subprocess.run(_driver(model_cache, runs, "straight", "learner.total_steps=1", "checkpoint.resume=never",
-                           "checkpoint.save_final=false"), cwd=ROOT, env=_env(), check=True, timeout=600,
-                   capture_output=True)
-    assert len(_steps(runs / "straight")) == 6 and len(_steps(runs / "straight-2")) == 1
+    # a rerun of a finished run's name: tests/unit/test_run_checkpoint.py (RunDirectory, no run needed)
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, what: str, timeout_s: float = 300) -> None:

@@ -89,3 +89,25 @@ def test_the_shared_storage_check_names_the_node_and_the_path():
                             "written by node(s) 10.0.0.2")
     readonly = unshared_error("/ckpt", nodes, {"a": "", "b": "cannot write there (Read-only file system)"}, {})
     assert readonly.startswith("checkpoint directory '/ckpt' on node 10.0.0.2: cannot write there (Read-only")
+
+
+def test_a_rerun_of_a_finished_name_gets_a_new_directory_and_a_killed_one_continues(tmp_path):
+    from rayrl.driver.run_directory import RunDirectory
+
+    def run_dir(*overrides: str) -> RunDirectory:
+        cfg = load_config(None, [f"metrics.run_dir={tmp_path}", "metrics.run_name=straight", *overrides])
+        return RunDirectory(cfg.metrics, cfg.checkpoint)
+
+    first = run_dir()
+    assert first.path == tmp_path / "straight" and first.resume_from is None
+    first.path.mkdir(exist_ok=True)
+    (first.path / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert run_dir("checkpoint.resume=never").path == tmp_path / "straight-2"  # the finished run untouched
+    (tmp_path / "straight-2").mkdir(exist_ok=True)
+    (tmp_path / "straight-2" / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert run_dir().path == tmp_path / "straight-3"  # nothing to continue: never appended to
+    tmp = checkpoint.begin(first.checkpoints, 3)
+    (tmp / "learner").mkdir()
+    checkpoint.commit(tmp, first.checkpoints, _state(3), [], keep=2)
+    again = run_dir()  # resume=auto with a complete checkpoint: the same directory, from it
+    assert again.path == tmp_path / "straight" and again.resume_from.name == "step-00000003"
