@@ -1,5 +1,5 @@
-"""The recipes with vLLM rollouts on CPU: arithmetic learns (held-out accuracy before vs after, in the
-same run), and the GSM8K recipe runs end to end on a small local model with a KL-regularised loss."""
+"""The recipes with vLLM rollouts on CPU: arithmetic learns in a short run (held-out accuracy before vs after, in
+the same run), and the GSM8K recipe runs end to end on a small local model with a KL-regularised loss."""
 
 from __future__ import annotations
 
@@ -14,22 +14,22 @@ import torch
 from rayrl.config import load_config
 from rayrl.data.gsm8k import write_synthetic_gsm8k
 from rayrl.testing.random_qwen2 import save_random_qwen2
+from rayrl.testing.short_runs import BASE, SETUPS
 from rayrl.models.tokenizer import TEXT_CHARS
 from rayrl.trainer import train
 
 import vllm  # noqa: E402,F401 - make test installs the CPU build: missing, these fail rather than skip
 
 
-def test_arithmetic_recipe_learns_with_vllm(ray_cluster, model_cache, tmp_path):
-    """150 steps; the bar is about half the smallest rise of three such runs (learning_repeats-20261202-152113.json,
-    rollout.engine=vllm: +0.220 / +0.280 / +0.325)."""
-    cfg = load_config("recipes/arithmetic_grpo.yaml", [
-        "learner.total_steps=150", "rollout.engine=vllm", "vllm.enforce_eager=true", "vllm.cpu_kv_cache_gb=0.25",
-        f"demo.cache_dir={model_cache}", f"metrics.run_dir={tmp_path}", "metrics.run_name=vllm-learns",
-        "metrics.progress=false", "checkpoint.save_final=false"])
+def test_arithmetic_recipe_learns_with_vllm(ray_cluster, make_cfg):
+    """The recipe's 32 x 8 short run (40 steps, η = 1) on vLLM's CPU engine, full weights synced every step; the
+    bar is about half the smallest rise of three seeds (early_dip-20261207-021613.json: +0.130 / +0.145 / +0.065).
+    The 150-step runs live in the benchmark (learning_repeats-20261202-152113.json: +0.220 / +0.280 / +0.325)."""
+    cfg = make_cfg(*BASE, *SETUPS["32x8"], "rollout.engine=vllm", "vllm.enforce_eager=true", "vllm.cpu_kv_cache_gb=0.25",
+                   "rollout.seed=0", "learner.seed=0", "metrics.run_name=vllm-learns")
     summary = train(cfg)
     before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
-    assert after >= before + 0.11, f"held-out accuracy {before:.3f} -> {after:.3f}"
+    assert after >= before + 0.03, f"held-out accuracy {before:.3f} -> {after:.3f}"
     assert not any(summary["reward_failures"].values()) and summary["aborted_samples"] == 0
 
 
