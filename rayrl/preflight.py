@@ -262,10 +262,11 @@ def check_given_tasks(tasks) -> tuple[list[Task], list[Task]]:
     train, held_out = tasks
     if not train:
         raise ConfigError("tasks: the training list is empty")
-    ids = [t.id for t in [*train, *held_out]]
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"tasks: task ids repeat (e.g. {next(i for i in ids if ids.count(i) > 1)!r}); give each "
-                          "task its own id")
+    seen: set[str] = set()
+    for t in [*train, *held_out]:
+        if t.id in seen:
+            raise ConfigError(f"tasks: task ids repeat (e.g. {t.id!r}); give each task its own id")
+        seen.add(t.id)
     return list(train), list(held_out)
 
 

@@ -102,7 +102,7 @@ def request_samples(r: GenerationRequest, final, marks: list, version: int, toke
             list(c.token_ids) if c is not None else [], sampled_logprobs(c.logprobs, c.token_ids) if c is not None
             else [], c.finish_reason if c is not None and c.finish_reason else "abort")
         samples.append(Sample(
-            request_id=r.request_id, prompt_ids=prompt_ids, completion_ids=tokens, logprobs=logprobs,
+            request_id=r.request_id, prompt_ids=list(prompt_ids), completion_ids=tokens, logprobs=logprobs,
             versions=completion_versions(len(tokens), marks, i, version), finish_reason=reason,
             text=tokenizer.decode(tokens, skip_special_tokens=True)))
     return samples
