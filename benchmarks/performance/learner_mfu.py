@@ -90,11 +90,16 @@ def bench(run: str, model_dir: Path, groups, steps: int, peak: float, shape: dic
 
 
 def count_params(c) -> int:
-    attn = c.hidden_size * c.head_dim * (c.num_attention_heads * 2 + c.num_key_value_heads * 2) \
-        + c.head_dim * (c.num_attention_heads + 2 * c.num_key_value_heads)
+    """The language model's parameters (a vision-language config: its text model's; the vision tower left out)."""
+    tied = getattr(c, "tie_word_embeddings", None)  # a vision-language config holds it at the top
+    c = c.get_text_config()
+    tied = getattr(c, "tie_word_embeddings", tied)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    attn = c.hidden_size * head_dim * (c.num_attention_heads * 2 + c.num_key_value_heads * 2) \
+        + head_dim * (c.num_attention_heads + 2 * c.num_key_value_heads)
     mlp = 3 * c.hidden_size * c.intermediate_size
     per_layer = attn + mlp + 2 * c.hidden_size
-    emb = c.vocab_size * c.hidden_size * (1 if c.tie_word_embeddings else 2)
+    emb = c.vocab_size * c.hidden_size * (1 if tied else 2)
     return c.num_hidden_layers * per_layer + emb + c.hidden_size
 
 
