@@ -83,6 +83,7 @@ def main() -> None:
     gib = torch.cuda.get_device_properties(0).total_memory / 2**30
     model = save_random_qwen2_5_vl(Path(tempfile.mkdtemp()) / "qwen2.5-vl-3b", max_pixels=args.image ** 2,
                                    device="cuda")
+    torch.cuda.empty_cache()  # the build's memory back to the GPU before vLLM and the learner size theirs
     settings = overrides(model, args.tokens, gib < 100)
     runs, partial = [], None
     with GpuBusySampler() as sampler:
