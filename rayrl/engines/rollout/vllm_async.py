@@ -20,7 +20,7 @@ from pathlib import Path
 from rayrl.config import VLLMConfig
 from rayrl.engines.rollout.base import EngineSetup
 from rayrl.engines.rollout.vllm_modes import FullWeights, engine_mode
-from rayrl.engines.rollout.vllm_images import VLLMImages, engine_prompt, multimodal_args
+from rayrl.engines.rollout.vllm_images import VLLMImages, engine_prompt, multimodal_args, sample_prompt_ids
 from rayrl.engines.rollout.vllm_update_gate import SETTLE_TICK_S, UpdateGate
 from rayrl.engines.rollout.vllm_versions import completion_versions
 from rayrl.types import GenerationRequest, Sample
@@ -55,6 +55,12 @@ def engine_dtype(vllm: VLLMConfig, hf_config: dict) -> str:
     return hf_config.get("dtype") or hf_config.get("torch_dtype") or "auto"
 
 
+def kv_cache_bytes(v: VLLMConfig, on_gpu: bool) -> int | None:
+    """vllm.kv_cache_gb in bytes; on a CPU-only cluster vllm.cpu_kv_cache_gb when it is unset; None: vLLM sizes it."""
+    gb = v.kv_cache_gb if v.kv_cache_gb is not None or on_gpu else v.cpu_kv_cache_gb
+    return None if gb is None else int(gb * 2**30)
+
+
 def head_overrides(lm_head_fp32: bool) -> dict:
     """vLLM's hf_overrides for vllm.lm_head_fp32 ({} when off: vLLM rejects None)."""
     return {"head_dtype": "float32"} if lm_head_fp32 else {}
@@ -65,11 +71,10 @@ def engine_args(v: VLLMConfig, setup: EngineSetup, model_path: str, hf_config: d
     own (the transport's receiver, bitwise kernels and pages, LoRA slots), a vision-language model its limits."""
     from vllm import AsyncEngineArgs
 
-    kv_gb = v.kv_cache_gb if v.kv_cache_gb is not None or setup.on_gpu else v.cpu_kv_cache_gb
     return AsyncEngineArgs(
         model=model_path, dtype=engine_dtype(v, hf_config), load_format=v.load_format,
         max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
-        kv_cache_memory_bytes=None if kv_gb is None else int(kv_gb * 2**30),
+        kv_cache_memory_bytes=kv_cache_bytes(v, setup.on_gpu),
         tensor_parallel_size=v.tensor_parallel_size,
         distributed_executor_backend="ray" if v.tensor_parallel_size > 1 else None,
         enforce_eager=v.enforce_eager, enable_prefix_caching=v.enable_prefix_caching,
@@ -94,7 +99,7 @@ def request_samples(r: GenerationRequest, final, marks: list, version: int, toke
     """One sample per completion of the request's final output (an aborted one: empty, finish_reason "abort"),
     its tokens' versions from the marks of the weight updates it ran through."""
     by_index = {c.index: c for c in (final.outputs if final is not None else [])}
-    prompt_ids = images.prompt_ids(r, final)
+    prompt_ids = sample_prompt_ids(r, final)
     samples = []
     for i in range(r.n):
         c = by_index.get(i)
@@ -111,7 +116,7 @@ def request_samples(r: GenerationRequest, final, marks: list, version: int, toke
 class VLLMRolloutEngine:
     def __init__(self, model_path: str, vllm: VLLMConfig, setup: EngineSetup, tokenizer) -> None:
         self.hf_config = hf_config = check_engine_inputs(model_path, vllm)
-        self.images = VLLMImages(model_path, hf_config, tokenizer)  # a vision-language model's prompts and markup
+        self.images = VLLMImages(hf_config)  # a vision-language model's image markup
         self.max_context = vllm.max_model_len or hf_config.get("max_position_embeddings") or 0  # prompt + completion
         self.vllm, self.setup, self.tokenizer = vllm, setup, tokenizer
         self.version = 0

@@ -6,7 +6,7 @@ sample before it, as on the hf engine."""
 from __future__ import annotations
 
 from rayrl.config import VLLMConfig
-from rayrl.models.vision import VisionPrompts, decode
+from rayrl.models.vision import decode
 from rayrl.types import GenerationRequest
 
 MARKUP_KEYS = ("vision_start_token_id", "image_token_id", "vision_end_token_id", "video_token_id")
@@ -36,27 +36,17 @@ def engine_prompt(r: GenerationRequest) -> dict:
     return prompt
 
 
+def sample_prompt_ids(r: GenerationRequest, final) -> list[int]:
+    """The prompt a request's samples carry: with images, vLLM's expanded one (an aborted request registered with
+    vLLM still gets a final output that holds it); else the request's own."""
+    return list(final.prompt_token_ids) if r.images and final is not None else list(r.prompt_ids)
+
+
 class VLLMImages:
-    """A model's image markup and the prompt ids its samples carry (expanded where the request had images)."""
+    """A model's image markup: stop tokens beside EOS, cut from the samples that drew them."""
 
-    def __init__(self, model_path: str, hf_config: dict, tokenizer) -> None:
-        self.markup = image_markup(hf_config)  # stop tokens beside EOS
-        self.model_path, self.tokenizer = model_path, tokenizer
-        self._vision: VisionPrompts | None = None
-
-    def prompt_ids(self, r: GenerationRequest, final) -> list[int]:
-        """vLLM's expanded prompt; for a request aborted before vLLM returned anything, the same expansion made
-        here (the model's own image processor), so the learner still finds one pad token per merged patch."""
-        if not r.images:
-            return list(r.prompt_ids)
-        if final is not None:
-            return list(final.prompt_token_ids)
-        if self._vision is None:
-            from transformers import AutoConfig
-
-            config = AutoConfig.from_pretrained(self.model_path)
-            self._vision = VisionPrompts.load(self.model_path, config, self.tokenizer)
-        return self._vision.prepare(r.prompt_ids, r.images, r.request_id)[0]
+    def __init__(self, hf_config: dict) -> None:
+        self.markup = image_markup(hf_config)
 
     def cut(self, tokens: list[int], logprobs: list[float], reason: str) -> tuple[list[int], list[float], str]:
         """(tokens, log-probs, finish reason) ending before a drawn markup token (vLLM stopped on it)."""

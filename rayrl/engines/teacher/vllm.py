@@ -11,7 +11,7 @@ import threading
 import uuid
 
 from rayrl.config import VLLMConfig
-from rayrl.engines.rollout.vllm_async import EngineStartError, check_engine_inputs, engine_dtype
+from rayrl.engines.rollout.vllm_async import EngineStartError, check_engine_inputs, engine_dtype, kv_cache_bytes
 from rayrl.types import TokenScoreRequest
 
 EXTENSION = "rayrl.engines.teacher.vllm.TeacherWorkerExtension"  # vLLM imports it by dotted path
@@ -56,11 +56,10 @@ class VLLMTeacher:
 
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")  # as the rollout engine: no fork under Ray
         v = self.vllm
-        kv_gb = v.kv_cache_gb if v.kv_cache_gb is not None or self.on_gpu else v.cpu_kv_cache_gb
         args = AsyncEngineArgs(
             model=model_path, skip_tokenizer_init=True, dtype=engine_dtype(v, self.hf_config),
             max_model_len=v.max_model_len, gpu_memory_utilization=v.gpu_memory_utilization,
-            kv_cache_memory_bytes=None if kv_gb is None else int(kv_gb * 2**30), enforce_eager=v.enforce_eager,
+            kv_cache_memory_bytes=kv_cache_bytes(v, self.on_gpu), enforce_eager=v.enforce_eager,
             enable_prefix_caching=False,  # prompt log-probs for every position, cached prefix or not
             worker_extension_cls=EXTENSION, disable_log_stats=True)
         try:
