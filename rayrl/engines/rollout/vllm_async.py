@@ -22,7 +22,7 @@ from rayrl.engines.rollout.base import EngineSetup
 from rayrl.engines.rollout.vllm_modes import FullWeights, engine_mode
 from rayrl.engines.rollout.vllm_images import VLLMImages, engine_prompt, multimodal_args, sample_prompt_ids
 from rayrl.engines.rollout.vllm_update_gate import SETTLE_TICK_S, UpdateGate
-from rayrl.engines.rollout.vllm_versions import completion_versions
+from rayrl.engines.rollout.vllm_versions import completion_versions, final_output
 from rayrl.types import GenerationRequest, Sample
 
 log = logging.getLogger("rayrl")
@@ -126,7 +126,7 @@ class VLLMRolloutEngine:
         self.sync_ranks = self.mode.sync_ranks  # ranks this engine adds to the weight-sync group
         self._weights = self.mode.weights
         self.counts = {"aborted": 0, "timed_out": 0, "tokens_done": 0}
-        self.gate = UpdateGate(vllm.recompute_kv_on_sync)  # pause, marks and release of each weight update
+        self.gate = UpdateGate(vllm.recompute_kv_on_sync, bool(self.images.markup))  # pause, marks, release of updates
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True).start()
         try:
@@ -195,11 +195,8 @@ class VLLMRolloutEngine:
         timed_out = []
         timeout = self.setup.request_timeout_s if r.timeout_s is None else r.timeout_s
         timer = self._loop.call_later(timeout, self._expire, rid, timed_out)
-        final = None
         try:
-            async for out in self.llm.generate(engine_prompt(r), params, request_id=rid,
-                                               lora_request=self._weights.request):
-                final = out
+            final = await final_output(self.llm, rid, engine_prompt(r), params, self._weights.request, self.gate.marks)
         finally:
             timer.cancel()
             marks = self.gate.marks.close(rid)

@@ -16,8 +16,9 @@ NO_PAUSE = {"pause_engine_s": 0.0, "pause_settle_s": 0.0, "pause_queued_tokens":
 
 
 class UpdateGate:
-    def __init__(self, recompute_kv: bool) -> None:
+    def __init__(self, recompute_kv: bool, images: bool) -> None:
         self.recompute_kv = recompute_kv  # vllm.recompute_kv_on_sync: drop the KV of the old weights at each update
+        self.images = images  # a vision-language model: vLLM's cached image embeddings are the old weights' too
         self.marks = VersionMarks()
         self.last_pause = dict(NO_PAUSE)  # the last update's pause: vLLM's part, the wait for its outputs, queued
         self._open: asyncio.Event | None = None  # cleared during an update
@@ -57,9 +58,18 @@ class UpdateGate:
         self._open.clear()
         self._paused, self.last_pause = self.marks.running(), dict(NO_PAUSE)
         if self._paused:
-            await self.pause(llm, version)
-        elif self.recompute_kv:
-            self._reset = asyncio.ensure_future(llm.reset_prefix_cache())
+            await self.pause(llm, version)  # with recompute_kv vLLM's pause clears its image embeddings too
+            if self.images and not self.recompute_kv:
+                await llm.reset_encoder_cache()
+        elif self.recompute_kv or self.images:
+            self._reset = asyncio.ensure_future(self._reset_idle(llm))
+
+    async def _reset_idle(self, llm) -> bool:
+        """With nothing running: drop the image embeddings vLLM keeps for later requests with the same image
+        (measured 0.44 off in log-prob once the vision tower trained), and the prefix cache; whether it reset."""
+        if self.images:
+            await llm.reset_encoder_cache()
+        return await llm.reset_prefix_cache() if self.recompute_kv else True
 
     async def release(self, llm) -> None:
         """The end of an update: resume a paused vLLM, or see its prefix cache reset; then let waiting requests in."""
