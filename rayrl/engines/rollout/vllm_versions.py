@@ -39,8 +39,9 @@ class VersionMarks:
         return bool(self.marks)
 
     def in_flight(self, llm, unmatched: list | None = None, queued: dict[str, int] | None = None):
-        """(our request id, completion index, tokens generated so far) per running completion; queued: tokens
-        per vLLM request id that its engine sent but its output handler has not applied yet (queued_tokens)."""
+        """(our request id, completion index, tokens generated so far) per completion of our open requests, finished
+        ones included; queued: tokens per vLLM request id that its engine sent but its output handler has not
+        applied yet (queued_tokens)."""
         queued, parents = queued or {}, {}
         for state in list(llm.output_processor.request_states.values()):
             rid = getattr(state, "external_req_id", None) or state.request_id
