@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import socket
+import uuid
 from pathlib import Path
 
 import msgspec
@@ -56,9 +57,13 @@ def checkpoint_path(root: Path, step: int) -> Path:
 
 
 def begin(root: Path, step: int) -> Path:
-    """A fresh temporary directory for the checkpoint of this step (the learner writes into it first)."""
-    tmp = root / f".tmp-{checkpoint_path(root, step).name}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    """A fresh temporary directory for the checkpoint of this step (the learner writes into it first), named anew
+    for each save: a learner rank of an earlier life that wakes up and finishes a save it was given writes into
+    that save's directory, which nothing commits, never into this one. Earlier saves' directories of the step go."""
+    name = checkpoint_path(root, step).name
+    for stale in root.glob(f".tmp-{name}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = root / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True)
     return tmp
 

@@ -28,14 +28,31 @@ def test_commit_keeps_the_newest_and_resume_finds_only_complete_ones(tmp_path):
         (tmp / "learner").mkdir()
         checkpoint.commit(tmp, tmp_path, _state(step), [_group(step)], keep=2)
     assert [p.name for p in checkpoint.complete(tmp_path)] == ["step-00000006", "step-00000009"]
-    checkpoint.begin(tmp_path, 12)  # a crash mid-write: a temporary directory without a manifest
+    crashed = checkpoint.begin(tmp_path, 12)  # a crash mid-write: a temporary directory without a manifest
     newest = checkpoint.find_resume("auto", tmp_path)
     assert newest.name == "step-00000009" and checkpoint.load_state(newest) == _state(9)
     assert checkpoint.load_groups(newest) == [_group(9)]  # the buffer's finished groups, as they were
     assert checkpoint.find_resume("never", tmp_path) is None
     assert checkpoint.find_resume("auto", tmp_path / "nothing-here") is None
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
-        checkpoint.find_resume(str(tmp_path / ".tmp-step-00000012"), tmp_path)
+        checkpoint.find_resume(str(crashed), tmp_path)
+
+
+def test_a_save_of_an_earlier_learner_life_never_reaches_the_checkpoint(tmp_path):
+    """A learner rank frozen mid-save (its node declared dead, the group re-formed without it) that wakes up and
+    writes its shard: the step's save made since went to a directory of its own, and the committed checkpoint
+    holds that save's files only; the earlier save's directory is gone or never committed."""
+    old = checkpoint.begin(tmp_path, 6)
+    (old / "learner").mkdir()
+    new = checkpoint.begin(tmp_path, 6)  # the re-formed group saves the same step again
+    assert new != old and not old.exists()
+    (new / "learner").mkdir()
+    (new / "learner" / "shard-1").write_text("new life")
+    (old / "learner").mkdir(parents=True)  # the woken rank's writer creates its directory again
+    (old / "learner" / "shard-1").write_text("earlier life")
+    final = checkpoint.commit(new, tmp_path, _state(6), [_group(6)], keep=2)
+    assert (final / "learner" / "shard-1").read_text() == "new life"
+    assert [p.name for p in checkpoint.complete(tmp_path)] == ["step-00000006"]
 
 
 def test_truncate_metrics_drops_later_steps_and_the_summary(tmp_path):
