@@ -131,7 +131,17 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
             # the first rollout worker's side of each sync: its hold, vLLM's pause, the wait for its outputs
             **{k: med(lambda r: r[k]) for k in SYNC_PARTS if all(k in r for r in kept)},
             "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"],
-            "mismatch": s["mismatch"]}
+            "mismatch": s["mismatch"], **teacher_parts(kept, end - start)}
+
+
+def teacher_parts(kept: list[dict], window_s: float) -> dict:
+    """With a distillation teacher: the tokens it scored per second of its busy time, and its busy share of the
+    window, over the window's steps."""
+    if not all("teacher_busy_s" in r for r in kept):
+        return {}
+    busy = sum(r["teacher_busy_s"] for r in kept)
+    return {"teacher_tokens_per_s": sum(r["teacher_tokens"] for r in kept) / busy if busy else None,
+            "teacher_share": busy / window_s, "teacher_engine_calls": sum(r["teacher_engine_calls"] for r in kept)}
 
 
 def summarize(runs: list[dict], etas: list[int]) -> list[dict]:
