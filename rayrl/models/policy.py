@@ -18,8 +18,9 @@ def load_policy(path: str | os.PathLike, attn_implementation: str = "eager", log
     rollout and learner log-probs equal to 1e-5; GPU learners pass the varlen kernel. Learners pass
     logprob_chunk_tokens (learner.logprob_chunk_tokens) to score through a TokenLogprobHead, and
     compile_layers (learner.compile) to torch.compile each decoder layer and that head."""
-    auto = model_class(AutoConfig.from_pretrained(path))
-    model = auto.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
+    config = AutoConfig.from_pretrained(path)
+    model = model_class(config).from_pretrained(path, dtype=torch.float32,
+                                                attn_implementation=attention_per_part(config, attn_implementation))
     if logprob_chunk_tokens is not None:
         use_logprob_head(model, logprob_chunk_tokens, compiled=compile_layers)
     if compile_layers:
@@ -27,6 +28,15 @@ def load_policy(path: str | os.PathLike, attn_implementation: str = "eager", log
             layer.compile()  # before sharding: FSDP2 / ZeRO hooks stay outside the compiled graph
     tokenizer = load_tokenizer(path)
     return model, tokenizer
+
+
+def attention_per_part(config, attn_implementation: str) -> str | dict:
+    """The attention for the language model; a vision tower keeps PyTorch's sdpa unless eager is asked for (CPU):
+    the GPU learner's varlen kernel is causal, where a picture's patches attend both ways (given to the tower, it
+    failed with an illegal memory access on an H100)."""
+    if getattr(config, "vision_config", None) is None or attn_implementation == "eager":
+        return attn_implementation
+    return {"": attn_implementation, "text_config": attn_implementation, "vision_config": "sdpa"}
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:

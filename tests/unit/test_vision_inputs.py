@@ -256,3 +256,17 @@ def test_preflight_counts_a_prompts_expanded_image_tokens_against_the_micro_batc
         check_micro_batch(cfg, [big])
     check_micro_batch(make_cfg("data.task=visual_arithmetic", "rollout.max_new_tokens=6",
                                "learner.max_tokens_per_micro_batch=26"), [big])
+
+
+def test_the_vision_tower_keeps_sdpa_beside_the_gpu_varlen_kernel(tmp_path):
+    """The learner's varlen kernel is causal; a picture's patches attend both ways, so the tower never gets it
+    (it failed with an illegal memory access on an H100). Eager (CPU) stays eager throughout."""
+    from rayrl.models.policy import load_policy
+    from rayrl.models.varlen_attention import VARLEN
+
+    path = save_tiny_qwen2_vl(tmp_path / "model")
+    model, _ = load_policy(path, attn_implementation=VARLEN)
+    assert model.config.text_config._attn_implementation == VARLEN
+    assert model.config.vision_config._attn_implementation == "sdpa"
+    model, _ = load_policy(path, attn_implementation="eager")
+    assert model.config.vision_config._attn_implementation == "eager"
