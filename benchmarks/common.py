@@ -59,6 +59,17 @@ def pyplot():
     return plt
 
 
+def window_parser(doc: str | None, steps: int = 8, warmup: int = 3, tokens: int = 128):
+    """benchmark_parser with the one-GPU comparisons' window: --repeats, --steps, --warmup (steps left out of
+    every figure) and --tokens (completion tokens per sample)."""
+    p = benchmark_parser(doc)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--warmup", type=int, default=warmup)
+    p.add_argument("--tokens", type=int, default=tokens, help="completion tokens per sample")
+    return p
+
+
 def print_table(rows: list[dict], columns: list[str]) -> None:
     print(format_table(rows, columns))
 

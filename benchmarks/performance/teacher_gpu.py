@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import benchmark_parser, print_table, spread, write_result
+from benchmarks.common import print_table, spread, window_parser, write_result
 from benchmarks.performance.async_vs_sync import gpu_overrides, run_once
 from benchmarks.performance.gpu_busy import GpuBusySampler
 from rayrl.models.tokenizer import TEXT_CHARS
@@ -53,11 +53,7 @@ def one_run(kind: str, base: list[str], teacher: Path, args, sampler: GpuBusySam
 
 
 def main() -> None:
-    p = benchmark_parser(__doc__)
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--tokens", type=int, default=128, help="completion tokens per sample")
+    p = window_parser(__doc__)
     p.add_argument("--tiny", action="store_true", help="tiny shapes on vLLM's CPU engine (a smoke run)")
     args = p.parse_args()
     root = Path(tempfile.mkdtemp())

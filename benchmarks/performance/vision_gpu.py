@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import benchmark_parser, print_table, spread, write_result
+from benchmarks.common import print_table, spread, window_parser, write_result
 from benchmarks.performance.async_vs_sync import run_once
 from benchmarks.performance.gpu_busy import GpuBusySampler
 from rayrl.data.visual_arithmetic import render
@@ -71,11 +71,7 @@ def one_run(kind: str, settings: list[str], args, sampler: GpuBusySampler) -> di
 
 
 def main() -> None:
-    p = benchmark_parser(__doc__)
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--tokens", type=int, default=128, help="completion tokens per sample")
+    p = window_parser(__doc__)
     p.add_argument("--image", type=int, default=448, help="picture side in pixels (a multiple of 28)")
     args = p.parse_args()
     if args.image % 28:
