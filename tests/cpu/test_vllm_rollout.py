@@ -91,7 +91,7 @@ def test_completions_done_before_an_update_keep_the_old_version(system):
         samples = [s for g in groups for s in g.samples]
         new = [abs(a - s.logprobs[i]) for lp, s in zip(learned, samples) for i, a in enumerate(lp)
                if s.versions[i] == version]
-        assert new and max(new) <= 1e-4, max(new)
+        assert max(new, default=0.0) <= 1e-4, max(new)  # none: all done before the update, try again
         split += sum(any(set(s.versions) == {version - 1} for s in g.samples)
                      and any(version in s.versions for s in g.samples) for g in groups)
         if split:
