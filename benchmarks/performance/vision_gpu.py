@@ -45,12 +45,14 @@ def tasks(image: int, count: int, with_images: bool) -> list[Task]:
 
 def overrides(model: Path, tokens: int, small_gpu: bool) -> list[str]:
     """Both runs' settings: the 3B shape's learner in bf16 compute over fp32 weights, vLLM with CUDA graphs beside
-    it; on a GPU under 100 GiB the optimizer state waits in host memory between steps (both runs alike)."""
+    it; on a GPU under 100 GiB (an H100) the optimizer state waits in host memory between steps and micro-batches
+    hold 2048 tokens, not 4096 (both runs alike): at 4096 the first step ran out of the learner's 55 GiB."""
     return ["cluster.n_gpus_per_node=1", "rollout.engine=vllm", f"model.path={model}", "vllm.dtype=bfloat16",
             "vllm.enforce_eager=false", "vllm.max_model_len=1024", "vllm.max_images_per_prompt=1",
             "rollout.ignore_eos=true", f"rollout.max_new_tokens={tokens}", f"rollout.batch_size={PROMPTS}",
             f"rollout.group_size={GROUP}", "rollout.temperature=1.0", "learner.backend=fsdp",
-            "learner.dtype=bfloat16", "learner.compile=false", "learner.max_tokens_per_micro_batch=4096",
+            "learner.dtype=bfloat16", "learner.compile=false",
+            f"learner.max_tokens_per_micro_batch={2048 if small_gpu else 4096}",
             "learner.lr=1e-6", "algorithm.beta=0", "algorithm.dynamic_sampling=false", "sync.dtype=bfloat16",
             "placement.mode=share", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.2",
             "learner.gpu_memory_fraction=0.7", "vllm.max_num_seqs=256",
