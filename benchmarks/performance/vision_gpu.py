@@ -45,18 +45,18 @@ def tasks(image: int, count: int, with_images: bool) -> list[Task]:
 
 def overrides(model: Path, tokens: int, small_gpu: bool) -> list[str]:
     """Both runs' settings: the 3B shape's learner in bf16 compute over fp32 weights, vLLM with CUDA graphs beside
-    it; on a GPU under 100 GiB (an H100) the optimizer state waits in host memory between steps and micro-batches
-    hold 2048 tokens, not 4096 (both runs alike): at 4096 the first step ran out of the learner's 55 GiB."""
+    it; on a GPU under 100 GiB (an H100) the optimizer state waits in host memory between steps and the learner
+    recomputes activations in its backward (both runs alike): without, its first step ran out of its 55 GiB with
+    micro-batches of 4096 tokens and of 2048."""
     return ["cluster.n_gpus_per_node=1", "rollout.engine=vllm", f"model.path={model}", "vllm.dtype=bfloat16",
             "vllm.enforce_eager=false", "vllm.max_model_len=1024", "vllm.max_images_per_prompt=1",
             "rollout.ignore_eos=true", f"rollout.max_new_tokens={tokens}", f"rollout.batch_size={PROMPTS}",
             f"rollout.group_size={GROUP}", "rollout.temperature=1.0", "learner.backend=fsdp",
-            "learner.dtype=bfloat16", "learner.compile=false",
-            f"learner.max_tokens_per_micro_batch={2048 if small_gpu else 4096}",
+            "learner.dtype=bfloat16", "learner.compile=false", "learner.max_tokens_per_micro_batch=4096",
             "learner.lr=1e-6", "algorithm.beta=0", "algorithm.dynamic_sampling=false", "sync.dtype=bfloat16",
             "placement.mode=share", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.2",
             "learner.gpu_memory_fraction=0.7", "vllm.max_num_seqs=256",
-            *(["learner.offload_optimizer=true"] if small_gpu else [])]
+            *(["learner.offload_optimizer=true", "learner.activation_checkpointing=true"] if small_gpu else [])]
 
 
 def one_run(kind: str, settings: list[str], args, sampler: GpuBusySampler) -> dict:
