@@ -27,6 +27,7 @@ from rayrl.testing.random_qwen2_vl import save_random_qwen2_5_vl
 from rayrl.types import Task
 
 PROMPTS, GROUP = 16, 8
+MIN_GIB = 100
 
 
 def tasks(image: int, count: int, with_images: bool) -> list[Task]:
@@ -43,11 +44,9 @@ def tasks(image: int, count: int, with_images: bool) -> list[Task]:
     return out
 
 
-def overrides(model: Path, tokens: int, small_gpu: bool) -> list[str]:
+def overrides(model: Path, tokens: int) -> list[str]:
     """Both runs' settings: the 3B shape's learner in bf16 compute over fp32 weights, vLLM with CUDA graphs beside
-    it; on a GPU under 100 GiB (an H100) the optimizer state waits in host memory between steps and the learner
-    recomputes activations in its backward (both runs alike): without, its first step ran out of its 55 GiB with
-    micro-batches of 4096 tokens and of 2048."""
+    it."""
     return ["cluster.n_gpus_per_node=1", "rollout.engine=vllm", f"model.path={model}", "vllm.dtype=bfloat16",
             "vllm.enforce_eager=false", "vllm.max_model_len=1024", "vllm.max_images_per_prompt=1",
             "rollout.ignore_eos=true", f"rollout.max_new_tokens={tokens}", f"rollout.batch_size={PROMPTS}",
@@ -55,8 +54,7 @@ def overrides(model: Path, tokens: int, small_gpu: bool) -> list[str]:
             "learner.dtype=bfloat16", "learner.compile=false", "learner.max_tokens_per_micro_batch=4096",
             "learner.lr=1e-6", "algorithm.beta=0", "algorithm.dynamic_sampling=false", "sync.dtype=bfloat16",
             "placement.mode=share", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.2",
-            "learner.gpu_memory_fraction=0.7", "vllm.max_num_seqs=256",
-            *(["learner.offload_optimizer=true", "learner.activation_checkpointing=true"] if small_gpu else [])]
+            "learner.gpu_memory_fraction=0.7", "vllm.max_num_seqs=256"]
 
 
 def one_run(kind: str, settings: list[str], args, sampler: GpuBusySampler) -> dict:
@@ -79,10 +77,14 @@ def main() -> None:
     if args.image % 28:
         raise SystemExit(f"--image {args.image}: give a multiple of 28 (patch 14 x merge 2)")
     gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    if gib < MIN_GIB:
+        raise SystemExit(f"this GPU has {gib:.0f} GiB; the 3B shape's learner beside vLLM needs about {MIN_GIB} "
+                         "(fp32 weights, gradients and AdamW state: ~52 GiB at the optimizer step, vLLM ~17 GiB, "
+                         "activations): on an 80 GiB H100 its first step ran out of memory")
     model = save_random_qwen2_5_vl(Path(tempfile.mkdtemp()) / "qwen2.5-vl-3b", max_pixels=args.image ** 2,
                                    device="cuda")
     torch.cuda.empty_cache()  # the build's memory back to the GPU before vLLM and the learner size theirs
-    settings = overrides(model, args.tokens, gib < 100)
+    settings = overrides(model, args.tokens)
     runs, partial = [], None
     with GpuBusySampler() as sampler:
         for rep in range(args.repeats):
