@@ -92,6 +92,15 @@ def colocated_vllm_is_one_device(c: Config) -> str | None:
     return None
 
 
+def offload_optimizer_needs_colocate(c: Config) -> str | None:
+    """Only a colocated learner releases its GPU between steps; elsewhere the setting would do nothing."""
+    if c.learner.offload_optimizer and c.placement.mode != "colocate":
+        return ("learner.offload_optimizer moves the optimizer state to host memory while colocated engines generate; "
+                f"with placement.mode={c.placement.mode} the learner never releases its GPU: set placement.mode="
+                "colocate, or learner.cpu_offload=true to keep it in host memory throughout")
+    return None
+
+
 def offload_optimizer_is_not_deepspeed(c: Config) -> str | None:
     if c.learner.offload_optimizer and c.learner.backend == "deepspeed":
         return ("learner.offload_optimizer moves torch/fsdp optimizer state; with learner.backend=deepspeed use "
@@ -257,7 +266,7 @@ def teacher_fits_beside_rollout(c: Config) -> str | None:
 RULES = (group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
          openai_agent_needs_fn, colocate_is_synchronous, share_memory_fits,
          rollouts_per_gpu_is_share, colocated_workers_pair_up, colocated_vllm_is_one_device,
-         offload_optimizer_is_not_deepspeed,
+         offload_optimizer_needs_colocate, offload_optimizer_is_not_deepspeed,
          tensor_parallel_needs_vllm_gpus, bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm,
          lora_keeps_the_base_asleep, lora_on_gpu_vllm_is_half, elastic_fleet_fits, reward_model_template_shows_the_answer,
          judge_votes_need_sampling, reward_model_fits_beside_rollout, served_models_gpus_fit, teacher_has_a_path,
