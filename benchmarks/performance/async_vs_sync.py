@@ -1,7 +1,7 @@
 """Asynchronous against synchronous RL on one config: η = 0 (synchronous) and each η > 0, repeated with the
 order of the η values alternating (0,1,2,4 then 4,2,1,0, ...); medians and spreads over the repeats.
 
-    python -m benchmarks.performance.async_vs_sync [--etas 0,1,2,4] [--repeats 3] [--steps 40] [--gpus 0|1|2] [key=value ...]
+    python -m benchmarks.performance.async_vs_sync [--etas 0,1,2,4] [--repeats 3] [--steps 40] [--gpus N] [key=value ...]
     python -m benchmarks.performance.async_vs_sync --merge A.json B.json   # repeats run as separate commands (time limits):
                                                                # the second with --reverse-first
 
@@ -9,8 +9,9 @@ order of the η values alternating (0,1,2,4 then 4,2,1,0, ...); medians and spre
 --gpus 1 or 2: a Qwen2-0.5B-shaped model (--shape 1.5b: 1.5B) with random weights, vLLM rollout (CUDA graphs),
 FSDP2 learner in bf16 (compiled), fixed-length generations (rollout.ignore_eos). One GPU: both sides share it at
 once (placement.mode=share, memory split by vllm.gpu_memory_utilization and learner.gpu_memory_fraction, weights
-over CUDA IPC; --engines N: N vLLM engines beside the learner, placement.rollouts_per_gpu); two GPUs: one each
-(placement.mode=split, NCCL).
+over CUDA IPC; --engines N: N vLLM engines beside the learner, placement.rollouts_per_gpu); two GPUs or more:
+placement.mode=split over NCCL, --learner-gpus L learner ranks (default 1) and a vLLM worker on each other GPU,
+32 prompts a step per learner rank (weak scaling: 4 + 4 GPUs train 4x the batch of 1 + 1).
 Per run, over the steps after --warmup: step time (the window's mean: the throughput a user gets; at η > 0 a
 lead the rollout built during the warm-up can carry a short window, so the table shows the window's second half
 against its first, 2nd/1st, and the JSON each step), the driver's wait for a batch (generation, rewards, hops),
@@ -26,8 +27,10 @@ One table, JSON and PNG.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import ray
@@ -66,7 +69,7 @@ def micro_batches(shape: str) -> list[str]:
 
 
 def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128, shape: str = "0.5b",
-                  engines: int = 1) -> list[str]:
+                  engines: int = 1, learner_gpus: int = 1) -> list[str]:
     """The GPU setting: generation and training of comparable length, nothing that learns (random weights).
     Both sides tuned as a user would tune a synchronous run: vLLM with CUDA graphs, the learner compiled, with
     micro-batches large enough to keep the device fed. engines > 1 (one GPU): that many vLLM engines share the
@@ -74,7 +77,8 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128, shape: str 
     would otherwise size theirs from each other's allocations)."""
     common = [f"cluster.n_gpus_per_node={gpus}", "rollout.engine=vllm", f"model.path={model}", "vllm.dtype=bfloat16",
               "vllm.enforce_eager=false", "vllm.max_model_len=512", "rollout.ignore_eos=true",
-              f"rollout.max_new_tokens={max_new_tokens}", "rollout.batch_size=32", "rollout.group_size=8",
+              f"rollout.max_new_tokens={max_new_tokens}", f"rollout.batch_size={32 * learner_gpus}",
+              "rollout.group_size=8",
               "rollout.temperature=1.0", "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.compile=true",
               *micro_batches(shape), "learner.lr=1e-6", "algorithm.beta=0",
               "algorithm.dynamic_sampling=false", "data.eval_size=16", "sync.dtype=bfloat16"]
@@ -86,7 +90,22 @@ def gpu_overrides(gpus: int, model: Path, max_new_tokens: int = 128, shape: str 
                              "vllm.kv_cache_gb=4", "learner.gpu_memory_fraction=0.6", "vllm.max_num_seqs=512"]
         return common + ["placement.mode=share", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.3",
                          "learner.gpu_memory_fraction=0.6", "vllm.max_num_seqs=512"]
-    return common + ["placement.mode=split", "sync.transport=nccl", "vllm.gpu_memory_utilization=0.85"]
+    return common + ["placement.mode=split", "sync.transport=nccl", "vllm.gpu_memory_utilization=0.85",
+                     f"learner.num_workers={learner_gpus}", f"rollout.num_workers={gpus - learner_gpus}"]
+
+
+# what a collective that hangs leaves in a rank's log: torch's watchdog, or NCCL's own report
+NCCL_TIMEOUT = re.compile(r"collective operation timeout|NCCL (?:error|WARN).*time(?:d out|out)", re.IGNORECASE)
+
+
+def nccl_timeouts(since: float, logs: Path = Path("/tmp/ray/session_latest/logs")) -> int:
+    """Lines of the local Ray session's worker logs written since `since` (time.time()) that report a
+    collective timing out."""
+    count = 0
+    for f in logs.glob("*worker*") if logs.is_dir() else []:
+        if f.stat().st_mtime >= since:
+            count += sum(bool(NCCL_TIMEOUT.search(line)) for line in f.read_text(errors="replace").splitlines())
+    return count
 
 
 SYNC_PARTS = ("sync_hold_s", "sync_pause_engine_s", "sync_pause_settle_s", "sync_pause_queued_tokens", "sync_write_s")
@@ -100,6 +119,7 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
                                "metrics.progress=false", "eval.every_steps=0", "checkpoint.save_final=false", "checkpoint.every_steps=0",
                                f"metrics.run_name={name}", "scheduler.include_dashboard=false"])
     start_ray(cfg.scheduler, 3)
+    started = time.time()
     s = train(cfg, tasks)
     recs = [r for r in map(json.loads, (Path(s["run_dir"]) / "metrics.jsonl").read_text().splitlines()) if "step" in r]
     kept = recs[warmup:]
@@ -131,7 +151,10 @@ def run_once(config: str | None, overrides: list[str], eta: int, steps: int, war
             # the first rollout worker's side of each sync: its hold, vLLM's pause, the wait for its outputs
             **{k: med(lambda r: r[k]) for k in SYNC_PARTS if all(k in r for r in kept)},
             "eval_before": s["eval_accuracy_before"], "eval_after": s["eval_accuracy_after"],
-            "mismatch": s["mismatch"], **teacher_parts(kept, end - start)}
+            "mismatch": s["mismatch"], **teacher_parts(kept, end - start),
+            # faults a long multi-GPU run may meet: none expected, each counted
+            "rollout_restarts": s["rollout_restarts"], "learner_recoveries": len(s["learner_recoveries"]),
+            "nccl_timeouts": nccl_timeouts(started) if cfg.on_gpu else 0}
 
 
 def teacher_parts(kept: list[dict], window_s: float) -> dict:
@@ -216,7 +239,8 @@ def plot(rows: list[dict], runs: list[dict], title: str, out: Path) -> Path | No
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--config", default=None, help=f"default: {CPU_CONFIG} with --gpus 0, none with GPUs")
-    parser.add_argument("--gpus", type=int, default=0, choices=[0, 1, 2])
+    parser.add_argument("--gpus", type=int, default=0, help="0: CPU; 1: one GPU shared; 2 or more: split")
+    parser.add_argument("--learner-gpus", type=int, default=1, help="--gpus 2 or more: the learner's ranks")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b", help="with GPUs: the model's shape")
     parser.add_argument("--engines", type=int, default=1, help="--gpus 1: vLLM engines sharing the GPU")
     parser.add_argument("--etas", default="0,1,2,4")
@@ -232,6 +256,9 @@ def main() -> None:
     if args.merge:
         return merge(args)
     etas = [int(e) for e in args.etas.split(",")]
+    if args.gpus >= 2 and not 1 <= args.learner_gpus < args.gpus:
+        parser.error(f"--learner-gpus {args.learner_gpus} with --gpus {args.gpus}: give 1 to {args.gpus - 1} "
+                     "(the other GPUs each run a vLLM worker)")
     if etas[0] != 0 or args.warmup > args.steps - 2 or args.repeats < 1:
         parser.error("--etas must start with 0 (the synchronous baseline), --steps must leave at least 2 steps "
                      "after --warmup (the window's halves are compared) and --repeats at least 1")
@@ -239,10 +266,12 @@ def main() -> None:
     if args.gpus:
         model = save_random_qwen2(Path(tempfile.mkdtemp()) / f"qwen2-{args.shape}", chars=TEXT_CHARS,
                                   **SHAPES[args.shape])
-        overrides = gpu_overrides(args.gpus, model, shape=args.shape, engines=args.engines) + overrides
+        overrides = gpu_overrides(args.gpus, model, shape=args.shape, engines=args.engines,
+                                  learner_gpus=args.learner_gpus) + overrides
     else:
         config = config or CPU_CONFIG
-    runs, settings = [], {"gpus": args.gpus, "shape": args.shape if args.gpus else None, "config": config,
+    runs, settings = [], {"gpus": args.gpus, "learner_gpus": args.learner_gpus if args.gpus >= 2 else None,
+                          "shape": args.shape if args.gpus else None, "config": config,
                           "overrides": overrides, "steps": args.steps,
                           "warmup": args.warmup, "repeats": args.repeats, "cuda_mps": bool(args.gpus) and cuda_mps()}
     partial = None  # the runs so far, rewritten after each: a time limit cuts the benchmark, not its data
@@ -277,8 +306,9 @@ def merge(args) -> None:
 
 def report(etas: list[int], runs: list[dict], settings: dict, commit: str | None) -> None:
     rows = summarize(runs, etas)
+    gpus, learners = settings["gpus"], settings.get("learner_gpus") or 1
     setting = {0: "CPU, both sides on its cores", 1: "one GPU shared by vLLM and the learner at once (memory split "
-               "by config)", 2: "two GPUs, one per side"}[settings["gpus"]]
+               "by config)"}.get(gpus, f"{gpus} GPUs: {gpus - learners} vLLM worker(s), {learners} learner rank(s)")
     setting += "; CUDA MPS" if settings["cuda_mps"] else ""
     print_table([table_row(r) for r in rows], ["eta", "step_s", "wait_s", "train_sync_s", "speedup", "ideal", "of_ideal",
                                                "bound", "of_bound", "train_busy", "2nd/1st", "gpu_busy", "samples/s",

@@ -1,13 +1,15 @@
-"""Learner throughput and MFU on one GPU: a Qwen2-1.5B-shaped model (random weights, bf16), GRPO
-train steps on packed sequences of mixed lengths, FSDP2 and DeepSpeed side by side.
+"""Learner throughput and MFU: a Qwen2-1.5B-shaped model (random weights, bf16), GRPO train steps on packed
+sequences of mixed lengths, FSDP2 and DeepSpeed side by side, on one GPU or on a group of ranks.
 
     python -m benchmarks.performance.learner_mfu [--steps 4] [--peak-tflops 989]   (run on the GPU machine)
     python -m benchmarks.performance.learner_mfu --runs fsdp:packed:16384:compile,fsdp:padded:8192  (backend:layout:tokens[:compile])
     python -m benchmarks.performance.learner_mfu --shape 0.5b --runs fsdp:packed:32768:compile:learner.logprob_chunk_tokens=8192
     (a run's further parts are config overrides; --shape 0.5b: the Qwen2-0.5B shape async_vs_sync trains)
+    python -m benchmarks.performance.learner_mfu --ranks 1,2 --runs fsdp:packed:16384:compile,zero3:packed:16384
+    (each run on 1 rank, then 2: one GPU each, --groups per rank, so every rank trains as many tokens)
 
 FLOPs per step = sum over sequences of 6·N·len + 6·layers·(heads·head_dim)·len² (causal attention,
-forward + backward); MFU = FLOPs / step time / peak. Only the training passes are timed: the
+forward + backward); MFU = FLOPs / step time / (peak · ranks), the mean rank's. Only the training passes are timed: the
 proximal-policy pass is off (off_policy_correction=false) and β = 0. gpu_busy: NVML's share of the timed
 steps in which a kernel ran (the learner alone: its ceiling when it shares the GPU with generation).
 """
@@ -56,17 +58,20 @@ def step_flops(groups: list[TrajectoryGroup], n_params: int, s: dict) -> float:
     return sum(6 * n_params * n + 6 * attn * n * n for n in lengths)
 
 
-BACKENDS = {"fsdp": ["learner.backend=fsdp"], "zero2": ["learner.backend=deepspeed", "learner.zero_stage=2"]}
+BACKENDS = {"fsdp": ["learner.backend=fsdp"], "zero2": ["learner.backend=deepspeed", "learner.zero_stage=2"],
+            "zero3": ["learner.backend=deepspeed", "learner.zero_stage=3"]}
 
 
-def bench(run: str, model_dir: Path, groups, steps: int, peak: float, shape: dict, sampler: GpuBusySampler) -> dict:
+def bench(run: str, ranks: int, model_dir: Path, groups, steps: int, peak: float, shape: dict,
+          sampler: GpuBusySampler) -> dict:
+    """One run on `ranks` ranks (one GPU each) training all of `groups` each step."""
     backend, layout, tokens_per_mb, *rest = run.split(":")
     mode, overrides = [m for m in rest if "=" not in m], [m for m in rest if "=" in m]
-    cfg = load_config(None, ["cluster.n_gpus_per_node=1", "learner.num_workers=1", "learner.dtype=bfloat16",
+    cfg = load_config(None, [f"cluster.n_gpus_per_node={ranks}", f"learner.num_workers={ranks}", "learner.dtype=bfloat16",
                              f"learner.max_tokens_per_micro_batch={tokens_per_mb}",
                              f"learner.pack_sequences={layout == 'packed'}", "algorithm.off_policy_correction=false",
                              f"learner.compile={mode == ['compile']}", f"model.path={model_dir}", *BACKENDS[backend], *overrides])
-    name = "-".join([backend, layout, tokens_per_mb, *mode, *(o.split(".")[-1] for o in overrides)])
+    name = "-".join([backend, layout, tokens_per_mb, *mode, *(o.split(".")[-1] for o in overrides), f"x{ranks}"])
     plan = PlacementPlan(cfg, name=f"mfu-{name}", learner_only=True)
     plan.create()
     group = LearnerGroup(cfg, str(model_dir), plan)
@@ -84,9 +89,10 @@ def bench(run: str, model_dir: Path, groups, steps: int, peak: float, shape: dic
 
     n_params = count_params(AutoConfig.from_pretrained(model_dir))
     flops = step_flops(groups, n_params, shape)
-    return {"backend": name, "step_s": step_s, "tokens_per_s": tokens / step_s, "tflops": flops / step_s / 1e12,
-            "mfu": flops / step_s / (peak * 1e12), "micro_batches": stats[-1]["micro_batches"],
-            "loss": stats[-1]["loss"], "gpu_busy": busy[0] if busy else None}
+    return {"backend": name, "ranks": ranks, "step_s": step_s, "tokens_per_s": tokens / step_s,
+            "tflops": flops / step_s / 1e12, "mfu": flops / step_s / (peak * 1e12 * ranks),
+            "micro_batches": stats[-1]["micro_batches"], "loss": stats[-1]["loss"],
+            "gpu_busy": sum(busy[:ranks]) / ranks if busy else None}
 
 
 def count_params(c) -> int:
@@ -106,7 +112,7 @@ def count_params(c) -> int:
 def main() -> None:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--groups", type=int, default=16)
+    parser.add_argument("--groups", type=int, default=16, help="groups per rank and step")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of one GPU (H200: 989)")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="1.5b")
@@ -114,19 +120,28 @@ def main() -> None:
     parser.add_argument("--runs", default="fsdp:packed:16384,fsdp:packed:16384:compile,zero2:packed:16384:compile",
                         help="comma-separated backend:layout:tokens[:compile] (fsdp or zero2; packed or padded; "
                              "compile sets learner.compile=true)")
+    parser.add_argument("--ranks", default="1", help="comma-separated rank counts, each run on each (weak scaling: "
+                        "--groups per rank); with more than one, each row's mfu_over_one_rank")
     args = parser.parse_args()
+    ranks = [int(r) for r in args.ranks.split(",")]
     shape = SHAPES[args.shape]
     model_dir = save_random_qwen2(Path(tempfile.mkdtemp()) / f"qwen2-{args.shape}", **shape)
-    groups = make_groups(args.groups, args.group_size, shape["vocab_size"], completion=args.completion)
-    ray.init(address="local", num_gpus=1, include_dashboard=False)
+    groups = {n: make_groups(args.groups * n, args.group_size, shape["vocab_size"], completion=args.completion)
+              for n in ranks}
+    ray.init(address="local", num_gpus=max(ranks), include_dashboard=False)
     with GpuBusySampler(period_s=0.05) as sampler:
-        rows = [bench(run, model_dir, groups, args.steps, args.peak_tflops, shape, sampler)
-                for run in args.runs.split(",")]
+        rows = [bench(run, n, model_dir, groups[n], args.steps, args.peak_tflops, shape, sampler)
+                for run in args.runs.split(",") for n in ranks]
     ray.shutdown()
-    print_table(rows, ["backend", "step_s", "tokens_per_s", "tflops", "mfu", "micro_batches", "loss", "gpu_busy"])
-    tokens = sum(len(x.prompt_ids) + len(x.completion_ids) for g in groups for x in g.samples)
+    for row in rows:  # against the same run on one rank, where it ran
+        one = [r for r in rows if r["ranks"] == 1 and r["backend"] == row["backend"].rsplit("-x", 1)[0] + "-x1"]
+        row["mfu_over_one_rank"] = row["mfu"] / one[0]["mfu"] if one else None
+    print_table(rows, ["backend", "ranks", "step_s", "tokens_per_s", "tflops", "mfu", "mfu_over_one_rank",
+                       "micro_batches", "loss", "gpu_busy"])
+    tokens = sum(len(x.prompt_ids) + len(x.completion_ids) for g in groups[ranks[0]] for x in g.samples) // ranks[0]
     path = write_result("learner_mfu", {"model": f"qwen2-{args.shape}-shape", "completion": args.completion,
-                                        "tokens_per_step": tokens, "peak_tflops": args.peak_tflops,
+                                        "tokens_per_step": tokens, "ranks": ranks,  # tokens: each rank's
+                                        "peak_tflops": args.peak_tflops,
                                         "cuda_mps": cuda_mps(), "rows": rows}, args.commit)
     print(f"-> {path}")
 
