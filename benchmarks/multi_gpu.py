@@ -90,9 +90,10 @@ def headline(files: list[str]) -> str:
         elif "rows" in data and data["rows"] and "mfu_over_one_rank" in data["rows"][0]:
             out.append(", ".join(f"{r['backend']} {r['mfu_over_one_rank']:.2f}" for r in data["rows"]
                                  if r["ranks"] > 1 and r["mfu_over_one_rank"] is not None))
-        elif "result" in data and "ledger_balanced" in data["result"]:
-            out.append(f"joins {data['result']['joins']}, leaves {data['result']['leaves']}, "
-                       f"ledger {data['result']['ledger_balanced']}")
+        elif "summary" in data and "ledger_balanced" in data["summary"]:
+            s = data["summary"]
+            out.append(f"joins {s['joins']}, leaves {s['leaves']}, ledger balanced {s['ledger_balanced']}, "
+                       f"{s['distinct_ids']}/{s['trained_ids']} ids distinct")
     return "; ".join(out)
 
 

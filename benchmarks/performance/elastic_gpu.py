@@ -162,7 +162,7 @@ def main() -> None:
               "rollout_restarts": out["rollout_restarts"]}
     print_table([result], ["completed", "ledger_balanced", "trained_ids", "distinct_ids", "all_steps_full", "joins",
                            "leaves", "samples_per_s_1_workers", "samples_per_s_2_workers"])
-    path = write_result("elastic_gpu", {"result": result, "events": scenario.events, "fleet": out["fleet"],
+    path = write_result("elastic_gpu", {"summary": result, "events": scenario.events, "fleet": out["fleet"],
                                         "groups": out["groups"], "settings": overrides}, args.commit)
     print("->", path)
 
