@@ -9,6 +9,8 @@ Per step of B samples (C completion tokens, P + C trained tokens each), with R r
                                      --nvlink-gbs), the NIC across nodes (--nic-gbs, an assumption)
     η = 0: step = generation + training + sync;  η > 0: step = max(generation, training + sync)
 For each node count the best split R : L is searched; B grows with the nodes (weak scaling, --batch per node).
+Beside them the colocated η = 0 (every GPU generates, then trains: R = L = all GPUs, plus --switch-s a step
+for vLLM's sleep and wake), the stronger synchronous layout on one node.
 
     python -m benchmarks.performance.scaling_model --rollout R.json --learner L.json [--nccl N.json] [--nodes 1,2,4,8]
 """
@@ -59,6 +61,7 @@ def main() -> None:
     p.add_argument("--dp-efficiency", type=float, default=0.9, help="learner ranks' efficiency, unmeasured")
     p.add_argument("--nvlink-gbs", type=float, default=150.0, help="GB/s of a broadcast inside a node, unmeasured")
     p.add_argument("--nic-gbs", type=float, default=50.0, help="GB/s between nodes (400 Gb/s), an assumption")
+    p.add_argument("--switch-s", type=float, default=0.3, help="colocated: vLLM's sleep and wake a step, unmeasured")
     args = p.parse_args()
     rollout, learner = (json.loads(f.read_text()) for f in (args.rollout, args.learner))
     gen, train, completion = rates(rollout, learner)
@@ -74,19 +77,24 @@ def main() -> None:
                         train * args.dp_efficiency, sync, 0)
         async_row = best(nodes, args.gpus_per_node, batch, args.prompt, completion, gen,
                          train * args.dp_efficiency, sync, 1)
-        rows.append({"nodes": nodes, "gpus": nodes * args.gpus_per_node, "sync_s": sync,
+        gpus = nodes * args.gpus_per_node
+        colocated = batch / (step_s((gpus, gpus), batch, args.prompt, completion, gen, train * args.dp_efficiency,
+                                    sync, 0) + args.switch_s)
+        rows.append({"nodes": nodes, "gpus": gpus, "sync_s": sync, "colocated_samples_per_s": colocated,
                      "eta0_split": sync_row["split"], "eta0_samples_per_s": sync_row["samples_per_s"],
                      "async_split": async_row["split"], "async_samples_per_s": async_row["samples_per_s"],
-                     "async_over_eta0": async_row["samples_per_s"] / sync_row["samples_per_s"]})
+                     "async_over_eta0": async_row["samples_per_s"] / sync_row["samples_per_s"],
+                     "async_over_colocated": async_row["samples_per_s"] / colocated})
     for row in rows:
         row["async_scaling"] = row["async_samples_per_s"] / (rows[0]["async_samples_per_s"] * row["nodes"]
                                                               / rows[0]["nodes"])
-    print_table(rows, ["nodes", "gpus", "sync_s", "eta0_split", "eta0_samples_per_s", "async_split",
-                       "async_samples_per_s", "async_over_eta0", "async_scaling"])
+    print_table(rows, ["nodes", "gpus", "sync_s", "colocated_samples_per_s", "eta0_split", "eta0_samples_per_s",
+                       "async_split", "async_samples_per_s", "async_over_eta0", "async_over_colocated",
+                       "async_scaling"])
     inputs = {"gen_tokens_per_s_per_gpu": gen, "learner_tokens_per_s_per_gpu": train, "completion": completion,
               "prompt": args.prompt, "batch_per_node": args.batch, "bytes": args.bytes,
               "nvlink_gbs": nvlink / 1e9, "nvlink_measured": bool(args.nccl), "nic_gbs": args.nic_gbs,
-              "dp_efficiency": args.dp_efficiency,
+              "dp_efficiency": args.dp_efficiency, "switch_s": args.switch_s,
               "from": [str(f.name) for f in (args.rollout, args.learner, args.nccl) if f]}
     path = write_result("scaling_model", {"inputs": inputs, "rows": rows}, args.commit)
     print("->", path)
