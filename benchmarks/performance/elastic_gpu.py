@@ -11,6 +11,7 @@ the summary; reported: each join's seconds to ready and to its first group, the 
 and two workers.
 
     python -m benchmarks.performance.elastic_gpu --commit SHA [--steps 300] [key=value ...]
+    python -m benchmarks.performance.elastic_gpu --cpu --steps 600   # CPU smoke run: the demo model, gloo
 """
 
 from __future__ import annotations
@@ -36,16 +37,17 @@ from rayrl.testing.random_qwen2 import QWEN2_0_5B_SHAPE, save_random_qwen2
 from rayrl.trainer import train
 
 
-def settings(model: Path, run_dir: Path, steps: int) -> list[str]:
+def settings(model: Path | None, run_dir: Path, steps: int) -> list[str]:
     """A split run that keeps stepping while workers come and go: the 0.5B shape, vLLM eager (a joined engine
-    starts sooner), η = 1."""
-    return ["cluster.n_gpus_per_node=2", "placement.mode=split", "rollout.engine=vllm", f"model.path={model}",
-            "vllm.dtype=bfloat16", "vllm.enforce_eager=true", "vllm.max_model_len=512",
-            "vllm.gpu_memory_utilization=0.85", "rollout.ignore_eos=true", "rollout.max_new_tokens=128",
-            "rollout.batch_size=32", "rollout.group_size=8", "rollout.temperature=1.0", "rollout.max_staleness=1",
+    starts sooner), η = 1; without a model (--cpu), the demo model on the hf engine over gloo."""
+    gpu = ["cluster.n_gpus_per_node=2", "rollout.engine=vllm", f"model.path={model}", "vllm.dtype=bfloat16",
+           "vllm.enforce_eager=true", "vllm.max_model_len=512", "vllm.gpu_memory_utilization=0.85",
+           "rollout.ignore_eos=true", "rollout.max_new_tokens=128", "rollout.batch_size=32", "rollout.group_size=8",
+           "learner.backend=fsdp", "learner.dtype=bfloat16", "sync.transport=nccl", "sync.dtype=bfloat16"]
+    cpu = ["cluster.n_gpus_per_node=0", "rollout.batch_size=8", "rollout.group_size=4", f"demo.cache_dir={run_dir.parent}"]
+    return [*(gpu if model else cpu), "placement.mode=split", "rollout.temperature=1.0", "rollout.max_staleness=1",
             "rollout.fleet=elastic", "rollout.max_workers=2", "rollout.fleet_check_s=1", "rollout.idle_leave_s=0",
-            "learner.backend=fsdp", "learner.dtype=bfloat16", "learner.lr=1e-6", "algorithm.beta=0",
-            "algorithm.dynamic_sampling=false", "sync.transport=nccl", "sync.dtype=bfloat16", "data.eval_size=16",
+            "learner.lr=1e-6", "algorithm.beta=0", "algorithm.dynamic_sampling=false", "data.eval_size=16",
             f"learner.total_steps={steps}", "eval.every_steps=0", "checkpoint.every_steps=0",
             "checkpoint.save_final=false", f"metrics.run_dir={run_dir.parent}", f"metrics.run_name={run_dir.name}",
             "metrics.progress=false", "scheduler.include_dashboard=false"]
@@ -54,8 +56,8 @@ def settings(model: Path, run_dir: Path, steps: int) -> list[str]:
 class Scenario:
     """Adds, drains and kills the third GPU's node while the run steps, from the main thread."""
 
-    def __init__(self, cluster: Cluster, run_dir: Path, cpus: float) -> None:
-        self.cluster, self.metrics, self.cpus = cluster, run_dir / "metrics.jsonl", cpus
+    def __init__(self, cluster: Cluster, run_dir: Path, cpus: float, gpus: bool) -> None:
+        self.cluster, self.metrics, self.cpus, self.gpus = cluster, run_dir / "metrics.jsonl", cpus, gpus
         self.events: list[dict] = []
 
     def records(self) -> list[dict]:
@@ -75,11 +77,14 @@ class Scenario:
             time.sleep(0.5)
 
     def add_gpu_node(self):
-        os.environ["CUDA_VISIBLE_DEVICES"] = "2"  # the node's GPU ids come from the process that starts it
-        try:
-            node = self.cluster.add_node(num_cpus=self.cpus, num_gpus=1, env_vars={"CUDA_VISIBLE_DEVICES": "2"})
-        finally:
-            del os.environ["CUDA_VISIBLE_DEVICES"]
+        if not self.gpus:
+            node = self.cluster.add_node(num_cpus=self.cpus)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = "2"  # the node's GPU ids come from the process that starts it
+            try:
+                node = self.cluster.add_node(num_cpus=self.cpus, num_gpus=1, env_vars={"CUDA_VISIBLE_DEVICES": "2"})
+            finally:
+                del os.environ["CUDA_VISIBLE_DEVICES"]
         self.events.append({"added": node.node_id, "step": self.last("step"), "at": time.time()})
         self.wait_for(lambda: self.last("fleet_size") == 2)
         return node
@@ -132,22 +137,23 @@ def rates(records: list[dict]) -> dict:
 def main() -> None:
     p = benchmark_parser(__doc__)
     p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--cpu", action="store_true", help="a smoke run of the script on CPU (the demo model, gloo)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
-    if torch.cuda.device_count() < 3:
-        raise SystemExit(f"elastic_gpu needs 3 GPUs (this machine has {torch.cuda.device_count()})")
+    if not args.cpu and torch.cuda.device_count() < 3:
+        raise SystemExit(f"elastic_gpu needs 3 GPUs (this machine has {torch.cuda.device_count()}); --cpu: smoke run")
     work = Path(tempfile.mkdtemp())
-    model = save_random_qwen2(work / "model", chars=TEXT_CHARS, **QWEN2_0_5B_SHAPE)
+    model = None if args.cpu else save_random_qwen2(work / "model", chars=TEXT_CHARS, **QWEN2_0_5B_SHAPE)
     run_dir = work / "runs" / "elastic-gpu"
     overrides = settings(model, run_dir, args.steps) + args.overrides
     cfg = load_config(None, overrides)
     os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"  # the head node: the learner's GPU and the fixed worker's
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": PlacementPlan(cfg).total_cpus, "num_gpus": 2, "include_dashboard": False})
+        "num_cpus": PlacementPlan(cfg).total_cpus, "num_gpus": 0 if args.cpu else 2, "include_dashboard": False})
     del os.environ["CUDA_VISIBLE_DEVICES"]
     ray.init(address=cluster.address)
     run = load_config(None, overrides + ["scheduler.type=ray", f"scheduler.address={cluster.address}"])
-    scenario, out = Scenario(cluster, run_dir, cfg.rollout.cpus_per_worker), {}
+    scenario, out = Scenario(cluster, run_dir, cfg.rollout.cpus_per_worker, not args.cpu), {}
     trainer = threading.Thread(target=lambda: out.update(train(run)))  # nodes start from the main thread
     trainer.start()
     scenario.run()
