@@ -9,6 +9,7 @@ broadcasting the same bytes from GPU 0 to GPU 1 with torch.distributed over NCCL
 sync's buckets.
 
     python -m benchmarks.performance.nccl_sync --commit SHA [--rounds 2] [--hot 10]
+    python -m benchmarks.performance.nccl_sync --tiny   # CPU smoke run: a tiny shape on vLLM's CPU engine, gloo
 """
 
 from __future__ import annotations
@@ -34,23 +35,34 @@ from rayrl.placement import PlacementPlan
 from rayrl.testing.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
 
 GOAL_S, GOAL_OVER_RAW = 0.025, 3.0
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=32)
+GPU = ["cluster.n_gpus_per_node=2", "vllm.dtype=bfloat16", "vllm.gpu_memory_utilization=0.5",
+       "learner.dtype=bfloat16", "sync.transport=nccl", "sync.dtype=bfloat16"]
+CPU = ["cluster.n_gpus_per_node=0", "vllm.cpu_kv_cache_gb=0.25", "sync.transport=gloo"]
 
 
 def _broadcast_rank(rank: int, port: int, sizes: list[int], repeats: int, out) -> None:
-    """One process of the reference: rank 0 sends from cuda:0, rank 1 receives on cuda:1."""
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    flat = torch.empty(sum(sizes), dtype=torch.uint8, device="cuda")
+    """One process of the reference: rank 0 sends from cuda:0, rank 1 receives on cuda:1 (gloo on CPU without
+    GPUs: the smoke run)."""
+    gpu = torch.cuda.is_available()
+    if gpu:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if gpu else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2)
+    flat = torch.empty(sum(sizes), dtype=torch.uint8, device="cuda" if gpu else "cpu")
     buckets = list(torch.split(flat, sizes))
     times: dict[str, list[float]] = {"raw_flat_s": [], "raw_buckets_s": []}
     for _ in range(repeats):
         for key, tensors in (("raw_flat_s", [flat]), ("raw_buckets_s", buckets)):
             dist.barrier()
-            torch.cuda.synchronize()
+            if gpu:
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
             for t in tensors:
                 dist.broadcast(t, src=0)
-            torch.cuda.synchronize()
+            if gpu:
+                torch.cuda.synchronize()
             dist.barrier()  # the receiver has it too
             times[key].append(time.perf_counter() - t0)
     if rank == 0:
@@ -80,18 +92,18 @@ def main() -> None:
     p.add_argument("--hot", type=int, default=10, help="syncs with vLLM awake, for the transfer's own time")
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--tiny", action="store_true", help="a tiny shape on vLLM's CPU engine over gloo (a smoke run)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
-    if torch.cuda.device_count() < 2:
-        raise SystemExit(f"nccl_sync needs 2 GPUs (this machine has {torch.cuda.device_count()})")
-    model = save_random_qwen2(Path(tempfile.mkdtemp()) / "model", chars=TEXT_CHARS, **QWEN2_1_5B_SHAPE)
+    if not args.tiny and torch.cuda.device_count() < 2:
+        raise SystemExit(f"nccl_sync needs 2 GPUs (this machine has {torch.cuda.device_count()}); --tiny: smoke run")
+    shape = TINY if args.tiny else QWEN2_1_5B_SHAPE
+    model = save_random_qwen2(Path(tempfile.mkdtemp()) / "model", chars=TEXT_CHARS, **shape)
     cfg = load_config(None, [
-        "cluster.n_gpus_per_node=2", "placement.mode=split", "rollout.engine=vllm", f"model.path={model}",
-        "vllm.load_format=dummy", "vllm.dtype=bfloat16", "vllm.enforce_eager=true", "vllm.max_model_len=512",
-        "vllm.gpu_memory_utilization=0.5", "rollout.temperature=1.0", "learner.backend=fsdp",
-        "learner.dtype=bfloat16", "learner.lr=1e-3", "algorithm.beta=0", "sync.transport=nccl", "sync.dtype=bfloat16",
-        *args.overrides])
-    ray.init(address="local", include_dashboard=False)
+        *(CPU if args.tiny else GPU), "placement.mode=split", "rollout.engine=vllm", f"model.path={model}",
+        "vllm.load_format=dummy", "vllm.enforce_eager=true", "vllm.max_model_len=512", "rollout.temperature=1.0",
+        "learner.backend=fsdp", "learner.lr=1e-3", "algorithm.beta=0", *args.overrides])
+    ray.init(address="local", include_dashboard=False, **({"num_cpus": 4} if args.tiny else {}))  # 2 cores: room
     plan = PlacementPlan(cfg, name="nccl-sync")
     plan.create()
     rollout = RolloutWorker.options(**plan.actor_options("rollout", 0)).remote(0, cfg, str(model), None, [], 2)
