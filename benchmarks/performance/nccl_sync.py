@@ -4,7 +4,8 @@ Two GPUs, placement.mode=split: an FSDP2 learner on one, a vLLM rollout worker o
 Qwen2-1.5B-shaped model (3.09 GB in bf16). vLLM starts from dummy weights; each round the learner takes a
 step and the sync writes every tensor over NCCL, then vLLM samples and the learner rescores the tokens (the
 mismatch bar: mean |Δ log p| <= 0.01 over >= 500 tokens). Hot syncs (vLLM awake, nothing generating) time the
-transfer itself, whole and step by step. Reference, after Ray has let go of the GPUs: two plain processes
+transfer itself (a collective: its steps cannot be timed one by one from the driver, as weight_sync's IPC ones
+are). Reference, after Ray has let go of the GPUs: two plain processes
 broadcasting the same bytes from GPU 0 to GPU 1 with torch.distributed over NCCL, as one buffer and as the
 sync's buckets.
 
@@ -27,7 +28,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from benchmarks.common import benchmark_parser, print_table, write_result
-from benchmarks.performance.weight_sync import probe, sync_parts, train_groups
+from benchmarks.performance.weight_sync import probe, train_groups
 from rayrl.actors import LearnerGroup, RolloutWorker, WeightBroadcaster
 from rayrl.config import load_config
 from rayrl.models.tokenizer import TEXT_CHARS
@@ -123,7 +124,6 @@ def main() -> None:
         check, groups = probe(rollout, learners, prompts, args.tokens)
         rounds.append({"round": f"trained {r + 1}", "publish_s": synced.seconds, "loss": stats["loss"], **check})
     hot = [ray.get(broadcaster.sync.remote()).seconds for _ in range(args.hot)]
-    parts = sync_parts(broadcaster, learners, rollout, args.hot)
     check, _ = probe(rollout, learners, prompts, args.tokens)
     rounds.append({"round": f"after {args.hot} hot syncs", **check})
     ray.shutdown()  # the GPUs free for the reference
@@ -138,7 +138,7 @@ def main() -> None:
     print_table(rounds, ["round", "publish_s", "loss", "mismatch_tokens", "mismatch_abs_mean", "ok"])
     print_table([summary], ["bytes", "buckets", "raw_flat_s", "raw_buckets_s", "hot_publish_s_median",
                             "hot_over_raw_flat", "checks_ok", "goal_met"])
-    path = write_result("nccl_sync", {"summary": summary, "rounds": rounds, "hot_publish_s": hot, "parts": parts,
+    path = write_result("nccl_sync", {"summary": summary, "rounds": rounds, "hot_publish_s": hot,
                                       "config": cfg.model_dump(mode="json")}, args.commit)
     print("->", path)
 
