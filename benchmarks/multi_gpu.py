@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import RESULTS, format_table
+from benchmarks.common import RESULTS, format_table, write_result
 
 PY = [sys.executable, "-m"]
 SPLIT = ["benchmarks.performance.async_vs_sync", "--gpus", "2", "--etas", "0,2,4", "--repeats", "1",
@@ -103,6 +103,7 @@ def main() -> None:
     p.add_argument("--parts", default=None, help="comma-separated part names (default: all that fit)")
     p.add_argument("--list", action="store_true", help="print the plan and stop")
     p.add_argument("--gpus", type=int, default=None, help="with --list: plan for this many GPUs")
+    p.add_argument("--kind", default=None, help="the machine's name where it was lent by one (kept in the JSON)")
     args = p.parse_args()
     gpus = args.gpus if args.gpus is not None and args.list else gpu_count()
     plan = parts(gpus)
@@ -121,6 +122,9 @@ def main() -> None:
         return
     rows = [run_part(q, args.commit) for q in plan]
     print(format_table(rows, ["part", "rc", "seconds", "headline", "results"]))
+    path = write_result("multi_gpu", {"kind": args.kind, "gpus": gpus, "rows": rows,
+                                      "plan": [q.name for q in parts(gpus)]}, args.commit)
+    print("->", path)
 
 
 if __name__ == "__main__":
