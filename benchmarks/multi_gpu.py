@@ -13,6 +13,8 @@ Parts (the GPUs each needs):
       broadcast of the same bytes
   learner-ranks (2; 4 ranks with 4): FSDP2 and ZeRO-3 on 1, 2 (and 4) ranks, MFU per rank against one rank
   elastic (3): rollout workers join and leave while the NCCL sync group re-forms, nothing lost
+  failover-cost (3): the learner's in-memory copies off, on, and on with rank 1 killed, on 2 learner GPUs beside
+      vLLM on the 1.5B shape: what the copy costs a step and how fast a lost rank mends over NCCL
   scale-1x1, scale-4x4 (2, 8): 300 steps of 1 vLLM + 1 learner GPU and of 4 + 4 (4x the batch), samples/s and
       NCCL timeouts counted
 """
@@ -52,6 +54,8 @@ def parts(gpus: int) -> list[Part]:
              Part("learner-ranks", 2, ("benchmarks.performance.learner_mfu", "--ranks", ranks, "--runs",
                                        "fsdp:packed:16384:compile,zero3:packed:16384"), 590),
              Part("elastic", 3, ("benchmarks.performance.elastic_gpu",), 590),
+             Part("failover-cost", 3, ("benchmarks.performance.failover_cost", "--gpus", "3", "--shape", "1.5b",
+                                       "--repeats", "1", "--steps", "24", "--warmup", "8"), 590),
              Part("scale-1x1", 8, (*SCALE, "--gpus", "2"), 590),
              Part("scale-4x4", 8, (*SCALE, "--gpus", "8", "--learner-gpus", "4"), 590)]
     return [p for p in plan if p.gpus <= gpus]
@@ -90,6 +94,9 @@ def headline(files: list[str]) -> str:
         elif "rows" in data and data["rows"] and "mfu_over_one_rank" in data["rows"][0]:
             out.append(", ".join(f"{r['backend']} {r['mfu_over_one_rank']:.2f}" for r in data["rows"]
                                  if r["ranks"] > 1 and r["mfu_over_one_rank"] is not None))
+        elif "copy_cost" in data:
+            out.append(f"copies {data['copy_cost']['median']:.3f}x the step without, "
+                       f"recovery {data['recovery_s']['median'] if data['recovery_s'] else float('nan'):.1f} s")
         elif "summary" in data and "ledger_balanced" in data["summary"]:
             s = data["summary"]
             out.append(f"joins {s['joins']}, leaves {s['leaves']}, ledger balanced {s['ledger_balanced']}, "
