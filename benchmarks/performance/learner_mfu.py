@@ -89,7 +89,7 @@ def bench(run: str, ranks: int, model_dir: Path, groups, steps: int, peak: float
 
     n_params = count_params(AutoConfig.from_pretrained(model_dir))
     flops = step_flops(groups, n_params, shape)
-    return {"backend": name, "ranks": ranks, "step_s": step_s, "tokens_per_s": tokens / step_s,
+    return {"backend": name, "run": run, "ranks": ranks, "step_s": step_s, "tokens_per_s": tokens / step_s,
             "tflops": flops / step_s / 1e12, "mfu": flops / step_s / (peak * 1e12 * ranks),
             "micro_batches": stats[-1]["micro_batches"], "loss": stats[-1]["loss"],
             "gpu_busy": sum(busy[:ranks]) / ranks if busy else None}
@@ -134,7 +134,7 @@ def main() -> None:
                 for run in args.runs.split(",") for n in ranks]
     ray.shutdown()
     for row in rows:  # against the same run on one rank, where it ran
-        one = [r for r in rows if r["ranks"] == 1 and r["backend"] == row["backend"].rsplit("-x", 1)[0] + "-x1"]
+        one = [r for r in rows if r["ranks"] == 1 and r["run"] == row["run"]]
         row["mfu_over_one_rank"] = row["mfu"] / one[0]["mfu"] if one else None
     print_table(rows, ["backend", "ranks", "step_s", "tokens_per_s", "tflops", "mfu", "mfu_over_one_rank",
                        "micro_batches", "loss", "gpu_busy"])

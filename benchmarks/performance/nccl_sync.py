@@ -33,11 +33,9 @@ from rayrl.actors import LearnerGroup, RolloutWorker, WeightBroadcaster
 from rayrl.config import load_config
 from rayrl.models.tokenizer import TEXT_CHARS
 from rayrl.placement import PlacementPlan
-from rayrl.testing.random_qwen2 import QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.testing.random_qwen2 import QWEN2_1_5B_SHAPE, TINY_SHAPE, save_random_qwen2
 
 GOAL_S, GOAL_OVER_RAW = 0.025, 3.0
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=32)
 GPU = ["cluster.n_gpus_per_node=2", "vllm.dtype=bfloat16", "vllm.gpu_memory_utilization=0.5",
        "learner.dtype=bfloat16", "sync.transport=nccl", "sync.dtype=bfloat16"]
 CPU = ["cluster.n_gpus_per_node=0", "vllm.cpu_kv_cache_gb=0.25", "sync.transport=gloo"]
@@ -98,7 +96,7 @@ def main() -> None:
     args = p.parse_args()
     if not args.tiny and torch.cuda.device_count() < 2:
         raise SystemExit(f"nccl_sync needs 2 GPUs (this machine has {torch.cuda.device_count()}); --tiny: smoke run")
-    shape = TINY if args.tiny else QWEN2_1_5B_SHAPE
+    shape = TINY_SHAPE if args.tiny else QWEN2_1_5B_SHAPE
     model = save_random_qwen2(Path(tempfile.mkdtemp()) / "model", chars=TEXT_CHARS, **shape)
     cfg = load_config(None, [
         *(CPU if args.tiny else GPU), "placement.mode=split", "rollout.engine=vllm", f"model.path={model}",

@@ -4,7 +4,7 @@ and a sync cost, for what the lent machines cannot show. Nothing here is measure
 Per step of B samples (C completion tokens, P + C trained tokens each), with R rollout GPUs and L learner GPUs:
     generation  B·C / (R·g)          g: one GPU's generation tokens/s (rollout_throughput, rayrl's row)
     training    B·(P+C) / (L·t·e)    t: one GPU's learner tokens/s (learner_mfu, its best row); e: data-parallel
-                                     efficiency (learner_mfu --ranks when measured, else --dp-efficiency)
+                                     efficiency, --dp-efficiency (learner_mfu --ranks measures it)
     sync        bytes / bandwidth    NVLink inside a node (nccl_sync's raw broadcast when measured, else
                                      --nvlink-gbs), the NIC across nodes (--nic-gbs, an assumption)
     η = 0: step = generation + training + sync;  η > 0: step = max(generation, training + sync)
@@ -64,7 +64,8 @@ def main() -> None:
     p.add_argument("--switch-s", type=float, default=0.3, help="colocated: vLLM's sleep and wake a step, unmeasured")
     args = p.parse_args()
     rollout, learner = (json.loads(f.read_text()) for f in (args.rollout, args.learner))
-    gen, train, completion = rates(rollout, learner)
+    gen, one_gpu, completion = rates(rollout, learner)
+    train = one_gpu * args.dp_efficiency  # a learner GPU's share of a data-parallel group
     nvlink = args.nvlink_gbs * 1e9
     if args.nccl:
         raw = json.loads(args.nccl.read_text())["summary"]
@@ -73,13 +74,11 @@ def main() -> None:
     for nodes in (int(n) for n in args.nodes.split(",")):
         sync = args.bytes / (nvlink if nodes == 1 else min(nvlink, args.nic_gbs * 1e9))
         batch = args.batch * nodes
-        sync_row = best(nodes, args.gpus_per_node, batch, args.prompt, completion, gen,
-                        train * args.dp_efficiency, sync, 0)
-        async_row = best(nodes, args.gpus_per_node, batch, args.prompt, completion, gen,
-                         train * args.dp_efficiency, sync, 1)
+        sync_row = best(nodes, args.gpus_per_node, batch, args.prompt, completion, gen, train, sync, 0)
+        async_row = best(nodes, args.gpus_per_node, batch, args.prompt, completion, gen, train, sync, 1)
         gpus = nodes * args.gpus_per_node
-        colocated = batch / (step_s((gpus, gpus), batch, args.prompt, completion, gen, train * args.dp_efficiency,
-                                    sync, 0) + args.switch_s)
+        colocated = batch / (step_s((gpus, gpus), batch, args.prompt, completion, gen, train, sync, 0)
+                             + args.switch_s)
         rows.append({"nodes": nodes, "gpus": gpus, "sync_s": sync, "colocated_samples_per_s": colocated,
                      "eta0_split": sync_row["split"], "eta0_samples_per_s": sync_row["samples_per_s"],
                      "async_split": async_row["split"], "async_samples_per_s": async_row["samples_per_s"],
@@ -91,7 +90,7 @@ def main() -> None:
     print_table(rows, ["nodes", "gpus", "sync_s", "colocated_samples_per_s", "eta0_split", "eta0_samples_per_s",
                        "async_split", "async_samples_per_s", "async_over_eta0", "async_over_colocated",
                        "async_scaling"])
-    inputs = {"gen_tokens_per_s_per_gpu": gen, "learner_tokens_per_s_per_gpu": train, "completion": completion,
+    inputs = {"gen_tokens_per_s_per_gpu": gen, "learner_tokens_per_s_per_gpu": one_gpu, "completion": completion,
               "prompt": args.prompt, "batch_per_node": args.batch, "bytes": args.bytes,
               "nvlink_gbs": nvlink / 1e9, "nvlink_measured": bool(args.nccl), "nic_gbs": args.nic_gbs,
               "dp_efficiency": args.dp_efficiency, "switch_s": args.switch_s,

@@ -24,10 +24,8 @@ from benchmarks.common import print_table, spread, window_parser, write_result
 from benchmarks.performance.async_vs_sync import gpu_overrides, run_once
 from benchmarks.performance.gpu_busy import GpuBusySampler
 from rayrl.models.tokenizer import TEXT_CHARS
-from rayrl.testing.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, save_random_qwen2
+from rayrl.testing.random_qwen2 import QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE, TINY_SHAPE, save_random_qwen2
 
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=32)
 # the teacher beside the student's vLLM engine: a tenth of the worker's GPU in Ray's count, 15 % of its memory
 TEACHER = ["teacher.engine=vllm", "teacher.placement=rollout", "teacher.gpu_fraction=0.1",
            "teacher.gpu_memory_utilization=0.15", "algorithm.reward_coef=0", "algorithm.distill_coef=1"]
@@ -57,7 +55,7 @@ def main() -> None:
     p.add_argument("--tiny", action="store_true", help="tiny shapes on vLLM's CPU engine (a smoke run)")
     args = p.parse_args()
     root = Path(tempfile.mkdtemp())
-    shapes = (TINY, {**TINY, "num_hidden_layers": 3}) if args.tiny else (QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE)
+    shapes = (TINY_SHAPE, {**TINY_SHAPE, "num_hidden_layers": 3}) if args.tiny else (QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE)
     student = save_random_qwen2(root / "student", chars=TEXT_CHARS, **shapes[0])
     teacher = save_random_qwen2(root / "teacher", chars=TEXT_CHARS, **shapes[1])  # the same tokenizer: it must match
     base = settings(student, args.tokens, args.tiny)

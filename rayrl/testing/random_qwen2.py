@@ -15,6 +15,9 @@ QWEN2_0_5B_SHAPE = dict(hidden_size=896, intermediate_size=4864, num_hidden_laye
                         num_key_value_heads=2, head_dim=64, vocab_size=151936)
 QWEN2_1_5B_SHAPE = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                         num_key_value_heads=2, head_dim=128, vocab_size=151936)
+# a smoke run's model: the same code paths as the shapes above in a few MB (CPU, vLLM's CPU engine)
+TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=32)
 
 
 def save_random_qwen2(out: str | os.PathLike, initializer_range: float = 0.02, dtype=torch.bfloat16,
