@@ -8,7 +8,7 @@ steps, and both runs' step times. Repeats alternate the order. The differences i
 also runs the teacher over every sample (prompt and completion, one forward, no sampling) and its loss takes
 the teacher's log-probs instead of group-relative rewards; both runs generate and train the same token counts.
 
-    python -m benchmarks.performance.teacher_gpu --commit SHA [--repeats 1] [--steps 8] [--warmup 3]
+    python -m benchmarks.performance.teacher_gpu --commit SHA [--repeats 1] [--steps 8] [--warmup 3] [--kinds rl]
     python -m benchmarks.performance.teacher_gpu --tiny ...   # CPU smoke run: tiny shapes, vLLM's CPU engine
 """
 
@@ -53,21 +53,32 @@ def one_run(kind: str, base: list[str], teacher: Path, args, sampler: GpuBusySam
 def main() -> None:
     p = window_parser(__doc__)
     p.add_argument("--tiny", action="store_true", help="tiny shapes on vLLM's CPU engine (a smoke run)")
+    p.add_argument("--kinds", default="distill,rl",
+                   help="the runs of each repeat: distill, rl or both (one alone, for a device call too short for two: "
+                        "its JSON holds the runs, no ratio)")
     args = p.parse_args()
+    kinds = args.kinds.split(",")
+    if not kinds or set(kinds) - {"distill", "rl"}:
+        raise SystemExit(f"--kinds {args.kinds}: give distill, rl or distill,rl")
     root = Path(tempfile.mkdtemp())
     shapes = (TINY_SHAPE, {**TINY_SHAPE, "num_hidden_layers": 3}) if args.tiny else (QWEN2_0_5B_SHAPE, QWEN2_1_5B_SHAPE)
     student = save_random_qwen2(root / "student", chars=TEXT_CHARS, **shapes[0])
-    teacher = save_random_qwen2(root / "teacher", chars=TEXT_CHARS, **shapes[1])  # the same tokenizer: it must match
+    teacher = (save_random_qwen2(root / "teacher", chars=TEXT_CHARS, **shapes[1])  # the same tokenizer: it must match
+               if "distill" in kinds else None)
     base = settings(student, args.tokens, args.tiny)
     runs, partial = [], None
     with GpuBusySampler() as sampler:
         for rep in range(args.repeats):
-            for kind in (("distill", "rl") if rep % 2 == 0 else ("rl", "distill")):
+            for kind in (kinds if rep % 2 == 0 else kinds[::-1]):
                 runs.append({"repeat": rep, **one_run(kind, base, teacher, args, sampler)})
                 print(f"repeat {rep} {kind}: step {runs[-1]['step_s']:.3f} s", flush=True)
                 partial = write_result("teacher_gpu-partial", {"settings": base, "runs": runs}, args.commit,
                                        path=partial)
     partial.unlink()
+    if len(set(kinds)) == 1:
+        path = write_result(f"teacher_gpu-{kinds[0]}", {"settings": base, "runs": runs}, args.commit)
+        print(f"{kinds[0]} runs only -> {path}")
+        return
     pair = lambda rep, kind: next(r for r in runs if r["repeat"] == rep and r["kind"] == kind)  # noqa: E731
     ratio = [pair(rep, "distill")["teacher_tokens_per_s"] / pair(rep, "rl")["gen_tokens_per_s"]
              for rep in range(args.repeats)]

@@ -167,13 +167,22 @@ def attach_images(batch, vision: "VisionPrompts | None") -> None:
         batch.rope_positions[:, b, : lengths[b]] = vision.positions(ids, inputs)
 
 
-def stack_images(inputs: list[ImageInputs | None]) -> dict[str, torch.Tensor]:
-    """Several sequences' image inputs in their order, as the model's keyword arguments ({} if none)."""
+def stack_images(inputs: list[ImageInputs | None]) -> tuple[dict[str, torch.Tensor], tuple[int, ...] | None]:
+    """Several sequences' image inputs in their order, as the model's keyword arguments ({} if none), and the
+    picture slots of rayrl.models.shared_pictures: rows holding the same ImageInputs (a group's samples) carry
+    its patches once, while the grid keeps every row's pictures."""
     present = [x for x in inputs if x is not None]
     if not present:
-        return {}
-    return {"pixel_values": torch.cat([x.pixel_values for x in present]),
-            "image_grid_thw": torch.cat([x.image_grid_thw for x in present])}
+        return {}, None
+    start: dict[int, int] = {}  # id of a distinct ImageInputs -> its first picture's index among distinct pictures
+    patches, slots = [], []
+    for x in present:
+        if id(x) not in start:
+            start[id(x)] = max(slots) + 1 if slots else 0
+            patches.append(x.pixel_values)
+        slots.extend(range(start[id(x)], start[id(x)] + len(x.image_grid_thw)))
+    return ({"pixel_values": torch.cat(patches), "image_grid_thw": torch.cat([x.image_grid_thw for x in present])},
+            tuple(slots))
 
 
 def check_vision_model(config, task_id: str) -> None:

@@ -4,6 +4,7 @@ context (the basis of rollout-learner exactness)."""
 
 from __future__ import annotations
 
+import copy
 import numpy as np
 import pytest
 import torch
@@ -171,6 +172,49 @@ def test_a_training_step_with_images_moves_the_language_model_only(vl_engine_and
     moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert moved and not any(".visual." in f".{n}" for n in moved)
     assert any("language_model" in n for n in moved)
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_the_tower_runs_once_per_distinct_picture_with_the_same_logprobs_and_gradients(vl_engine_and_learner, pack):
+    """A group's rows carry their picture once and the tower runs over distinct pictures only; log-probs and a
+    trainable tower's gradients equal those of every row carrying its own copy (fp32)."""
+    from rayrl.batching import collate
+    from rayrl.engines.learner.microbatch import microbatches
+    from rayrl.engines.learner.scoring import microbatch_logprobs
+    from rayrl.models.vision import attach_images
+
+    engine, learner, _ = vl_engine_and_learner
+    model = learner.backend.model
+    train, _ = split_visual(0, 9, 20, seed=0)
+    batch = collate(_sampled_groups(engine, train[:3], n=4), engine.tokenizer.pad_token_id)
+    tower = [p for n, p in model.named_parameters() if ".visual." in f".{n}"]
+    seen = []
+    handle = model.model.visual.register_forward_pre_hook(lambda m, args: seen.append(len(args[0])))
+    try:
+        for p in tower:
+            p.requires_grad_(True)
+        results = {}
+        for shared in (True, False):
+            attach_images(batch, learner.vision)
+            if not shared:  # every row its own copy of its picture: nothing for the tower to share
+                batch.image_inputs = [copy.copy(x) for x in batch.image_inputs]
+            (mb,) = microbatches(batch, 10_000, pack=pack)
+            model.zero_grad()
+            seen.clear()
+            logp = microbatch_logprobs(model, mb, 1.0)
+            (logp * mb.loss_mask).sum().backward()
+            results[shared] = (logp.detach(), [p.grad.clone() for p in tower], list(seen))
+    finally:
+        handle.remove()
+        model.zero_grad()
+        for p in tower:
+            p.requires_grad_(False)
+    (lp, grads, patches), (lp_copies, grads_copies, patches_copies) = results[True], results[False]
+    one_picture = int(batch.image_inputs[0].pixel_values.shape[0])
+    assert patches == [3 * one_picture] and patches_copies == [12 * one_picture]
+    assert (lp - lp_copies).abs().max() <= 1e-6
+    assert max(float((a - b).abs().max()) for a, b in zip(grads, grads_copies)) <= 1e-5
+    assert max(float(g.abs().max()) for g in grads) > 0
 
 
 def test_preflight_refuses_images_for_a_text_model_and_a_placeholder_count_off(make_cfg, tmp_path):

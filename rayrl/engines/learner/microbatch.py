@@ -39,8 +39,9 @@ class MicroBatch(msgspec.Struct):
     versions: torch.Tensor | None = None  # [R, L]: the policy version that sampled each target token
     segments: torch.Tensor | None = None  # shared prompts: [R, L] long, 0 the prefix, i > 0 a branch, -1 padding
     rope_positions: torch.Tensor | None = None  # vision-language: [3, R, L] positions (time, height, width)
-    pixel_values: torch.Tensor | None = None  # vision-language: the rows' images' patches, in row order
+    pixel_values: torch.Tensor | None = None  # vision-language: the rows' distinct images' patches, in row order
     image_grid_thw: torch.Tensor | None = None  # and each image's patch grid
+    image_slots: tuple[int, ...] | None = None  # each image: its index among the distinct ones (shared_pictures)
 
     def to(self, device) -> "MicroBatch":
         """Every tensor on device, copied once before the step's passes: a copy from pageable host memory
@@ -157,7 +158,8 @@ def _images(batch: Batch, rows: list[int], rope: torch.Tensor | None) -> dict:
     """A micro-batch's vision-language fields: its rows' positions and their images in row order."""
     if batch.rope_positions is None:
         return {}
-    return {"rope_positions": rope, **stack_images([batch.image_inputs[i] for i in rows])}
+    images, slots = stack_images([batch.image_inputs[i] for i in rows])
+    return {"rope_positions": rope, **images, "image_slots": slots}
 
 
 def packed(batch: Batch, rows: list[int]) -> MicroBatch:

@@ -7,6 +7,7 @@ import torch
 from rayrl.engines.learner.microbatch import MicroBatch, padded, segment_mask
 from rayrl.models import bitwise_ops
 from rayrl.models.logprob_head import TokenLogprobHead, scoring
+from rayrl.models.shared_pictures import shared_pictures
 from rayrl.types import Batch
 
 
@@ -47,8 +48,9 @@ def microbatch_logprobs(model, mb: MicroBatch, temperature: float, device="cpu",
     mask = None if mb.attention_mask is None else mb.attention_mask.to(device)
     if mb.segments is not None:  # shared prompts: each branch sees the prefix and itself
         mask = segment_mask(mb.segments.to(device), next(model.parameters()).dtype)
-    return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.model_positions(device), entropy,
-                          **mb.attention_kwargs(device), **mb.image_kwargs(device))
+    with shared_pictures(model, mb.image_slots):
+        return token_logprobs(model, mb.input_ids.to(device), mask, temperature, mb.model_positions(device), entropy,
+                              **mb.attention_kwargs(device), **mb.image_kwargs(device))
 
 
 def batch_logprobs(model, batch: Batch, temperature: float, device="cpu") -> torch.Tensor:

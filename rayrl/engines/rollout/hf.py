@@ -19,6 +19,7 @@ from rayrl.engines.rollout.base import EngineSetup
 from rayrl.engines.registry import transport_plan
 from rayrl.models.lora import add_adapters
 from rayrl.models.policy import load_policy
+from rayrl.models.shared_pictures import shared_pictures
 from rayrl.models.vision import VisionPrompts, check_vision_model, stack_images
 from rayrl.types import GenerationRequest, Sample
 
@@ -86,9 +87,9 @@ def _prepared(vision: VisionPrompts | None, config, r: GenerationRequest):
 
 
 def prompt_layout(requests: list[GenerationRequest], rows: list, vision: VisionPrompts | None, config, pad: int):
-    """The rows' prompts, left-padded: (expanded prompts, ids, mask, position ids, image kwargs). A vision-language
-    model's rows get 3-D rotary positions (0 on padding) and their images in row order; each request's images are
-    processed once for all its rows."""
+    """The rows' prompts, left-padded: (expanded prompts, ids, mask, position ids, (image kwargs, picture slots)). A
+    vision-language model's rows get 3-D rotary positions (0 on padding) and their images in row order; each
+    request's images are processed once for all its rows, and its patches carried once."""
     prepared = {id(r): _prepared(vision, config, r) for r in requests}
     prompts = [prepared[id(r)][0] for r, _ in rows]
     width = max(len(p) for p in prompts)
@@ -98,7 +99,7 @@ def prompt_layout(requests: list[GenerationRequest], rows: list, vision: VisionP
         ids[b, width - len(p):] = torch.tensor(p)
         mask[b, width - len(p):] = 1
     if vision is None:
-        return prompts, ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), {}
+        return prompts, ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), ({}, None)
     pos = torch.zeros(3, *ids.shape, dtype=torch.long)
     for b, (r, _) in enumerate(rows):
         pos[:, b, width - len(prompts[b]):] = vision.positions(*prepared[id(r)])
@@ -174,7 +175,7 @@ class HFRolloutEngine:
     def _decode(self, requests: list[GenerationRequest]) -> list[Sample]:
         rows = [(r, i) for r in requests for i in range(r.n)]
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
-        prompts, ids, mask, pos, images = prompt_layout(requests, rows, self.vision, self.model.config, pad)
+        prompts, ids, mask, pos, (images, slots) = prompt_layout(requests, rows, self.vision, self.model.config, pad)
         temps = torch.tensor([r.temperature for r, _ in rows])
         greedy = temps == 0
         divisor = torch.where(greedy, 1.0, temps).unsqueeze(1)  # greedy rows report T=1 log-probs
@@ -185,7 +186,8 @@ class HFRolloutEngine:
         out_tokens, out_logp, out_ver = [], [], []
         done = torch.zeros(len(rows), dtype=torch.bool)
         next_pos = pos.reshape(-1, *ids.shape).amax((0, 2)) + 1  # [rows]: where each row's first new token sits
-        step_out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **images)
+        with shared_pictures(self.model, slots):  # a request's samples: its pictures through the tower once
+            step_out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **images)
         for t in range(max_new):
             logits = step_out.logits[:, -1].float()
             logp = torch.log_softmax(logits / divisor, -1)

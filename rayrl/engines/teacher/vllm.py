@@ -31,9 +31,14 @@ class TeacherWorkerExtension:
 
 
 def prompt_token_logprobs(prompt_logprobs, tokens: list[int], start: int) -> list[float]:
-    """The log-probs of tokens at positions start, start + 1, ... of vLLM's prompt log-probs (a dict per position,
-    None at the first)."""
-    return [prompt_logprobs[start + i][t].logprob for i, t in enumerate(tokens)]
+    """The log-probs of tokens at positions start, start + 1, ... of vLLM's flat prompt log-probs (with
+    prompt_logprobs=0, each position holds the given token first, then any top tokens)."""
+    first = prompt_logprobs.start_indices[start:start + len(tokens)]
+    got = [prompt_logprobs.token_ids[i] for i in first]
+    if got != list(tokens):
+        raise ValueError(f"vLLM's prompt log-probs are for other tokens than the completion's ({got[:8]}... against "
+                         f"{list(tokens)[:8]}...)")
+    return [prompt_logprobs.logprobs[i] for i in first]
 
 
 class VLLMTeacher:
@@ -84,7 +89,8 @@ class VLLMTeacher:
     async def _score_one(self, r: TokenScoreRequest) -> list[float]:
         from vllm import SamplingParams
 
-        params = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        # flat: a few lists a request instead of a dict and a Logprob per position, built in this process
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False, flat_logprobs=True)
         final = None
         async for out in self.llm.generate({"prompt_token_ids": [*r.prompt_ids, *r.completion_ids]}, params,
                                            request_id=f"teacher-{uuid.uuid4().hex[:12]}"):
