@@ -8,6 +8,7 @@ time kept), the ratio images / text in the same repeat, and the rollout-learner 
 vision tower (vLLM once per prompt, the learner once per sequence, frozen: no backward) and the image processor.
 
     python -m benchmarks.performance.vision_gpu --commit SHA [--repeats 1] [--steps 8] [--warmup 3] [--image 448]
+        [--dtype float32] [--kinds images]   # fp32 on both sides: is the log-prob gap precision or a fault?
 """
 
 from __future__ import annotations
@@ -44,15 +45,15 @@ def tasks(image: int, count: int, with_images: bool) -> list[Task]:
     return out
 
 
-def overrides(model: Path, tokens: int) -> list[str]:
-    """Both runs' settings: the 3B shape's learner in bf16 compute over fp32 weights, vLLM with CUDA graphs beside
-    it."""
-    return ["cluster.n_gpus_per_node=1", "rollout.engine=vllm", f"model.path={model}", "vllm.dtype=bfloat16",
+def overrides(model: Path, tokens: int, dtype: str = "bfloat16") -> list[str]:
+    """Both runs' settings: the 3B shape's learner in bf16 compute over fp32 weights (or fp32 throughout), vLLM
+    with CUDA graphs beside it."""
+    return ["cluster.n_gpus_per_node=1", "rollout.engine=vllm", f"model.path={model}", f"vllm.dtype={dtype}",
             "vllm.enforce_eager=false", "vllm.max_model_len=1024", "vllm.max_images_per_prompt=1",
             "rollout.ignore_eos=true", f"rollout.max_new_tokens={tokens}", f"rollout.batch_size={PROMPTS}",
             f"rollout.group_size={GROUP}", "rollout.temperature=1.0", "learner.backend=fsdp",
-            "learner.dtype=bfloat16", "learner.compile=false", "learner.max_tokens_per_micro_batch=4096",
-            "learner.lr=1e-6", "algorithm.beta=0", "algorithm.dynamic_sampling=false", "sync.dtype=bfloat16",
+            f"learner.dtype={dtype}", "learner.compile=false", "learner.max_tokens_per_micro_batch=4096",
+            "learner.lr=1e-6", "algorithm.beta=0", "algorithm.dynamic_sampling=false", f"sync.dtype={dtype}",
             "placement.mode=share", "sync.transport=ipc", "vllm.gpu_memory_utilization=0.2",
             "learner.gpu_memory_fraction=0.7", "vllm.max_num_seqs=256"]
 
@@ -73,7 +74,12 @@ def one_run(kind: str, settings: list[str], args, sampler: GpuBusySampler) -> di
 def main() -> None:
     p = window_parser(__doc__)
     p.add_argument("--image", type=int, default=448, help="picture side in pixels (a multiple of 28)")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="vLLM, learner and sync")
+    p.add_argument("--kinds", default="images,text", help="the runs of each repeat: images, text or both")
     args = p.parse_args()
+    kinds = args.kinds.split(",")
+    if not kinds or set(kinds) - {"images", "text"}:
+        raise SystemExit(f"--kinds {args.kinds}: give images, text or images,text")
     if args.image % 28:
         raise SystemExit(f"--image {args.image}: give a multiple of 28 (patch 14 x merge 2)")
     gib = torch.cuda.get_device_properties(0).total_memory / 2**30
@@ -84,32 +90,36 @@ def main() -> None:
     model = save_random_qwen2_5_vl(Path(tempfile.mkdtemp()) / "qwen2.5-vl-3b", max_pixels=args.image ** 2,
                                    device="cuda")
     torch.cuda.empty_cache()  # the build's memory back to the GPU before vLLM and the learner size theirs
-    settings = overrides(model, args.tokens)
+    settings = overrides(model, args.tokens, args.dtype)
     runs, partial = [], None
     with GpuBusySampler() as sampler:
         for rep in range(args.repeats):
-            for kind in (("images", "text") if rep % 2 == 0 else ("text", "images")):
+            for kind in (kinds if rep % 2 == 0 else kinds[::-1]):
                 runs.append({"repeat": rep, **one_run(kind, settings, args, sampler)})
                 print(f"repeat {rep} {kind}: {runs[-1]['tokens_per_s']:.0f} tokens/s", flush=True)
                 # each finished run on disk at once: a device call cut at its limit loses only the run in flight
                 partial = write_result("vision_gpu-partial", {"settings": settings, "runs": runs}, args.commit,
                                        path=partial)
     partial.unlink()
-    ratio = [next(r["tokens_per_s"] for r in runs if r["repeat"] == rep and r["kind"] == "images")
-             / next(r["tokens_per_s"] for r in runs if r["repeat"] == rep and r["kind"] == "text")
-             for rep in range(args.repeats)]
+    both = {"images", "text"} <= set(kinds)
+    rate = lambda rep, k: next(r["tokens_per_s"] for r in runs if r["repeat"] == rep and r["kind"] == k)  # noqa: E731
+    ratio = [rate(rep, "images") / rate(rep, "text") for rep in range(args.repeats)] if both else []
     rows = [{"kind": k, "tokens_per_s": spread([r["tokens_per_s"] for r in runs if r["kind"] == k]),
              "step_s": spread([r["step_s"] for r in runs if r["kind"] == k]),
              "mismatch_abs_mean": spread([r["mismatch_abs_mean"] for r in runs if r["kind"] == k])}
-            for k in ("images", "text")]
+            for k in ("images", "text") if k in kinds]
     path = write_result("vision_gpu", {"shape": "qwen2.5-vl-3b", "gpu_gib": gib, "image_px": args.image,
                                        "image_tokens": (args.image // 28) ** 2, "tokens": args.tokens,
+                                       "dtype": args.dtype,
                                        "prompts": PROMPTS, "group": GROUP, "steps": args.steps, "warmup": args.warmup,
-                                       "settings": settings, "images_over_text": spread(ratio), "rows": rows,
+                                       "settings": settings, "images_over_text": spread(ratio),
+                                       "rows": rows,
                                        "runs": runs}, args.commit)
     print_table([{k: (f"{v['median']:.4g} [{v['min']:.4g}, {v['max']:.4g}]" if isinstance(v, dict) else v)
                   for k, v in r.items()} for r in rows], ["kind", "tokens_per_s", "step_s", "mismatch_abs_mean"])
-    print(f"images / text tokens/s: {statistics.median(ratio):.3f} (per repeat {[round(x, 3) for x in ratio]}) -> {path}")
+    if both:
+        print(f"images / text tokens/s: {statistics.median(ratio):.3f} (per repeat {[round(x, 3) for x in ratio]})")
+    print(f"-> {path}")
 
 
 if __name__ == "__main__":
