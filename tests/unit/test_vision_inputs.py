@@ -5,6 +5,7 @@ context (the basis of rollout-learner exactness)."""
 from __future__ import annotations
 
 import copy
+
 import numpy as np
 import pytest
 import torch
