@@ -45,6 +45,19 @@ def test_first_fit_plan_respects_budget_and_keeps_every_sequence():
         plan_microbatches([11], max_tokens=10)
 
 
+def test_a_plan_with_groups_keeps_each_group_together_where_the_budget_allows():
+    """Images: a group's rows share a micro-batch, so its picture goes through the tower once; by length alone
+    the same rows spread over every micro-batch."""
+    lengths = [10, 7, 9, 6, 8, 10, 7, 9, 9, 6, 8, 10]
+    groups = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+    pictures = lambda plan: sum(len({groups[i] for i in mb}) for mb in plan)  # noqa: E731
+    by_group = plan_microbatches(lengths, max_tokens=34, groups=groups)
+    assert sorted(i for mb in by_group for i in mb) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in mb) <= 34 for mb in by_group)
+    assert sorted(sorted({groups[i] for i in mb}) for mb in by_group) == [[0], [1], [2]]
+    assert pictures(by_group) == 3 < pictures(plan_microbatches(lengths, max_tokens=34)) == 10
+
+
 def test_padded_plan_groups_similar_lengths_under_the_padded_budget():
     lengths = [12, 5, 11, 6, 12, 5, 7, 11, 6, 13]
     plan = plan_padded(lengths, max_tokens=40)

@@ -93,14 +93,22 @@ def sequence_lengths(batch: Batch) -> list[int]:
     return batch.attention_mask.sum(-1).tolist()
 
 
-def plan_microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """First-fit decreasing: sequence indices per micro-batch, each summing to <= max_tokens."""
+def plan_microbatches(lengths: list[int], max_tokens: int, groups: list[int] | None = None) -> list[list[int]]:
+    """First-fit decreasing: sequence indices per micro-batch, each summing to <= max_tokens. With groups (each
+    sequence's group; images), a group's sequences are placed one after another, longest group first, so they
+    mostly share a micro-batch and its picture goes through the tower once (rayrl.models.shared_pictures)."""
     if lengths and max(lengths) > max_tokens:
         raise ValueError(f"a sequence of {max(lengths)} tokens exceeds learner.max_tokens_per_micro_batch="
                          f"{max_tokens}; raise it to at least the longest prompt + max_new_tokens")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    if groups is not None:
+        longest: dict[int, int] = {}
+        for i in order:
+            longest.setdefault(groups[i], lengths[i])
+        order = sorted(order, key=lambda i: (-longest[groups[i]], groups[i]))  # stable: longest first within a group
     bins: list[list[int]] = []
     loads: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+    for i in order:
         for b, load in enumerate(loads):
             if load + lengths[i] <= max_tokens:
                 bins[b].append(i)
@@ -257,7 +265,11 @@ def microbatches(batch: Batch, max_tokens: int, pack: bool = True, share_prompts
         units = plan_shared(batch, lengths, max_tokens)
         sizes = [p + sum(lengths[i] - p for i in rows) for p, rows in units]
         return [shared(batch, [units[u] for u in plan], lengths) for plan in plan_padded(sizes, max_tokens)]
-    plan = (plan_microbatches if pack else plan_padded)(sequence_lengths(batch), max_tokens)
+    if pack:
+        groups = None if batch.images is None else batch.group_index.tolist()
+        plan = plan_microbatches(sequence_lengths(batch), max_tokens, groups)
+    else:
+        plan = plan_padded(sequence_lengths(batch), max_tokens)
     return [(packed if pack else padded)(batch, rows) for rows in plan]
 
 
