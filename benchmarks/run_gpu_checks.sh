@@ -42,10 +42,11 @@
 #                                 CUDA MPS daemon; STEPS, WARMUP and ASYNC_OVERRIDES as for async, LIMIT (s, 590)
 #                                 (needs benchmarks/requirements-gpu-bench.txt staged beside the project's packages)
 #                                 vision: a Qwen2.5-VL-3B-shaped policy with a picture in every prompt against a
-#                                 text-only run of the same token counts, and the log-prob gap (vision_gpu)
+#                                 text-only run of the same token counts, and the log-prob gap (vision_gpu);
+#                                 KINDS=images runs one side, DTYPE=float32 runs vLLM, learner and sync in fp32
 #                                 teacher: distillation with a 1.5B-shaped vLLM teacher beside a 0.5B-shaped student
 #                                 against the same run without it: the teacher's scoring tokens/s over the
-#                                 generation's, its share of the step (teacher_gpu)
+#                                 generation's, its share of the step (teacher_gpu); KINDS=distill or rl: one half
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh two-gpu   # 2 GPUs: NCCL weight-sync check, learner vs vLLM
 #                                 bf16 log-probs (pytest, ZeRO-3 xfail), gsm8k recipe 3 steps (recipe_run)
 #   COMMIT=... bash benchmarks/run_gpu_checks.sh throughput-tp2   # 2 GPUs: rollout_throughput --tp 2
@@ -197,9 +198,9 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
       vllm.enforce_eager=true metrics.run_dir=/tmp/gpu-runs metrics.progress=false checkpoint.save_final=false
     ;;
   vision) CUDA_VISIBLE_DEVICES=0 step vision_gpu "${LIMIT:-480}" python3 -m benchmarks.performance.vision_gpu --commit "$commit" \
-    --steps "${STEPS:-8}" --warmup "${WARMUP:-3}" ;;
+    --steps "${STEPS:-8}" --warmup "${WARMUP:-3}" --kinds "${KINDS:-images,text}" --dtype "${DTYPE:-bfloat16}" ;;
   teacher) CUDA_VISIBLE_DEVICES=0 step teacher_gpu "${LIMIT:-540}" python3 -m benchmarks.performance.teacher_gpu --commit "$commit" \
-    --steps "${STEPS:-8}" --warmup "${WARMUP:-3}" ;;
+    --steps "${STEPS:-8}" --warmup "${WARMUP:-3}" --kinds "${KINDS:-distill,rl}" ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.performance.rollout_throughput --commit "$commit" --tp 2 ;;
   *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise-steps, bitwise, profile-bitwise, vs-trl, vs-trl-reverse, vs-trl-mps, vs-trl-mps-reverse, vision, teacher, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
