@@ -24,8 +24,9 @@ def shared_pictures(model, slots: tuple[int, ...] | None):
     if slots is None:
         yield
         return
+    tower = vision_tower(model)
     first = [slots.index(d) for d in range(max(slots) + 1)]  # the slot whose grid each distinct picture takes
-    merge = vision_tower(model).spatial_merge_size ** 2
+    merge = tower.spatial_merge_size ** 2
 
     def before(module, args, kwargs):
         grid = kwargs["grid_thw"]
@@ -39,7 +40,6 @@ def shared_pictures(model, slots: tuple[int, ...] | None):
         output.pooler_output = torch.cat([pieces[d] for d in slots])
         return output
 
-    tower = vision_tower(model)
     handles = [tower.register_forward_pre_hook(before, with_kwargs=True),
                tower.register_forward_hook(after, with_kwargs=True)]
     try:

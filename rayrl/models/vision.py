@@ -175,10 +175,10 @@ def stack_images(inputs: list[ImageInputs | None]) -> tuple[dict[str, torch.Tens
     if not present:
         return {}, None
     start: dict[int, int] = {}  # id of a distinct ImageInputs -> its first picture's index among distinct pictures
-    patches, slots = [], []
+    patches, slots, distinct = [], [], 0
     for x in present:
         if id(x) not in start:
-            start[id(x)] = max(slots) + 1 if slots else 0
+            start[id(x)], distinct = distinct, distinct + len(x.image_grid_thw)
             patches.append(x.pixel_values)
         slots.extend(range(start[id(x)], start[id(x)] + len(x.image_grid_thw)))
     return ({"pixel_values": torch.cat(patches), "image_grid_thw": torch.cat([x.image_grid_thw for x in present])},
