@@ -33,11 +33,13 @@ def model_inputs(task, tokenizer, vision: VisionPrompts, device) -> dict:
 
 
 @torch.no_grad()
-def sample(model, inputs: dict, tokens: int, seed: int) -> torch.Tensor:
-    """tokens completion ids drawn at temperature 1 from the whole distribution (no EOS stop)."""
+def sample(model, inputs: dict, tokens: int, seed: int, markup: list[int]) -> torch.Tensor:
+    """tokens completion ids drawn at temperature 1 (no EOS stop), never the image markup, which the forward
+    would take for a picture's place (rayrl's rollout ends a sample there)."""
     torch.manual_seed(seed)
     out = model.generate(**inputs, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=tokens,
-                         min_new_tokens=tokens, eos_token_id=None, pad_token_id=0)
+                         min_new_tokens=tokens, eos_token_id=None, pad_token_id=0,
+                         bad_words_ids=[[t] for t in markup])
     return out[0, inputs["input_ids"].shape[1]:]
 
 
@@ -69,9 +71,10 @@ def main() -> None:
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
     model.to(args.device).eval()
     vision = VisionPrompts.load(path, model.config, tokenizer)
-    kinds = {kind: [model_inputs(t, tokenizer, vision, args.device) for t in tasks(args.image, args.prompts, kind == "images")]
-             for kind in ("images", "text")}
-    done = {kind: [sample(model, x, args.tokens, seed=i) for i, x in enumerate(xs)] for kind, xs in kinds.items()}
+    kinds = {kind: [model_inputs(t, tokenizer, vision, args.device)
+                    for t in tasks(args.image, args.prompts, kind == "images")] for kind in ("images", "text")}
+    done = {kind: [sample(model, x, args.tokens, i, vision.tokens.markup) for i, x in enumerate(xs)]
+            for kind, xs in kinds.items()}
     scored = {"fp32": {k: [completion_logps(model, x, c) for x, c in zip(kinds[k], done[k])] for k in kinds}}
     model.to(torch.bfloat16)
     for attention in ("sdpa", "eager"):
