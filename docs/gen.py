@@ -69,6 +69,8 @@ def _cell(v) -> str:
         return f"{_cell(v['median'])} [{_cell(v['min'])}, {_cell(v['max'])}]"
     if isinstance(v, float):
         return f"{v:.4g}"
+    if isinstance(v, dict) and 0 < len(v) <= 4 and all(isinstance(x, (int, float)) for x in v.values()):
+        return ", ".join(f"{k} {_cell(x)}" for k, x in v.items())  # a few named figures: "mean 0.03, max 0.1"
     if isinstance(v, list) and all(isinstance(x, (int, float)) for x in v):
         return ", ".join(_cell(x) for x in v) if len(v) <= 8 else f"{len(v)} values"
     return str(v).replace("|", "\\|") if not isinstance(v, (dict, list)) else "…"
