@@ -44,6 +44,7 @@
 #                                 vision: a Qwen2.5-VL-3B-shaped policy with a picture in every prompt against a
 #                                 text-only run of the same token counts, and the log-prob gap (vision_gpu);
 #                                 KINDS=images runs one side, DTYPE=float32 runs vLLM, learner and sync in fp32
+#                                 bf16-gap: how far bf16 numerics alone move that model's log-probs (bf16_gap)
 #                                 teacher: distillation with a 1.5B-shaped vLLM teacher beside a 0.5B-shaped student
 #                                 against the same run without it: the teacher's scoring tokens/s over the
 #                                 generation's, its share of the step (teacher_gpu); KINDS=distill or rl: one half
@@ -201,8 +202,9 @@ fsdp:packed:24576:compile:learner.logprob_chunk_tokens=24576,fsdp:packed:49152:c
     --steps "${STEPS:-8}" --warmup "${WARMUP:-3}" --kinds "${KINDS:-images,text}" --dtype "${DTYPE:-bfloat16}" ;;
   teacher) CUDA_VISIBLE_DEVICES=0 step teacher_gpu "${LIMIT:-540}" python3 -m benchmarks.performance.teacher_gpu --commit "$commit" \
     --steps "${STEPS:-8}" --warmup "${WARMUP:-3}" --kinds "${KINDS:-distill,rl}" ;;
+  bf16-gap) CUDA_VISIBLE_DEVICES=0 step bf16_gap "${LIMIT:-300}" python3 -m benchmarks.performance.bf16_gap --commit "$commit" ;;
   throughput-tp2) step rollout_throughput_tp2 400 python3 -m benchmarks.performance.rollout_throughput --commit "$commit" --tp 2 ;;
-  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise-steps, bitwise, profile-bitwise, vs-trl, vs-trl-reverse, vs-trl-mps, vs-trl-mps-reverse, vision, teacher, two-gpu, throughput-tp2 or faults"; exit 2 ;;
+  *) echo "unknown mode $1: varlen, throughput, mfu, profile, one-gpu, mismatch, agent, weight-sync, colocate, lora, lora-in-place, lora-export, judge, bitwise-test, bitwise-steps, bitwise, profile-bitwise, vs-trl, vs-trl-reverse, vs-trl-mps, vs-trl-mps-reverse, vision, teacher, bf16-gap, two-gpu, throughput-tp2 or faults"; exit 2 ;;
   esac
 }
 
