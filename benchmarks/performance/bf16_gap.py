@@ -1,8 +1,8 @@
 """How far bf16 numerics alone move the log-probs of sampled tokens, on vision_gpu's random-weight Qwen2.5-VL-3B
-shape, for its picture prompts and its text twin: the floor under any bf16 rollout-learner gap. One model, no Ray,
-no vLLM: completions sampled from the fp32 model (temperature 1, exactly --tokens long), then the same sequences
-scored three ways: fp32 (sdpa), bf16 (sdpa) and bf16 with eager attention (another set of kernels over the same
-bf16 weights, as two engines are). The weights are saved in bf16, so no side rounds a weight: every difference is
+shape, for its picture prompts and its text twin: the size of gap any bf16 rollout and learner can be expected to
+show on it. One model, no Ray, no vLLM: completions sampled from the fp32 model (temperature 1, exactly --tokens
+long), then the same sequences scored three ways: fp32 (sdpa), bf16 (sdpa) and bf16 with eager attention
+(another set of kernels over the same bf16 weights, as two engines are). The weights are saved in bf16, so no side rounds a weight: every difference is
 rounding inside the forward. Reported per kind: mean and max |Δ log p| over the completion tokens, fp32 against
 bf16 and bf16 sdpa against bf16 eager.
 
@@ -65,6 +65,7 @@ def main() -> None:
     p.add_argument("--image", type=int, default=448, help="picture side in pixels (a multiple of 28)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args()
+    torch.backends.cudnn.allow_tf32 = False  # the fp32 reference in fp32 (the patch embedding is a convolution)
     path = save_random_qwen2_5_vl(Path(tempfile.mkdtemp()) / "qwen2.5-vl-3b", max_pixels=args.image ** 2,
                                   device=args.device)
     tokenizer = AutoTokenizer.from_pretrained(path)
