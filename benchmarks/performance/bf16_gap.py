@@ -3,8 +3,8 @@ shape, for its picture prompts and its text twin: the size of gap any bf16 rollo
 show on it. One model, no Ray, no vLLM: completions sampled from the fp32 model (temperature 1, exactly --tokens
 long), then the same sequences scored three ways: fp32 (sdpa), bf16 (sdpa) and bf16 with eager attention
 (another set of kernels over the same bf16 weights, as two engines are). The weights are saved in bf16, so no side
-rounds a weight: every difference is rounding inside the forward. Reported per kind: mean and max |Δ log p| over the completion tokens, fp32 against
-bf16 and bf16 sdpa against bf16 eager.
+rounds a weight: every difference is rounding inside the forward. Reported per kind: mean and max |Δ log p| over
+the completion tokens, fp32 against bf16 and bf16 sdpa against bf16 eager.
 
     python -m benchmarks.performance.bf16_gap --commit SHA [--prompts 16] [--tokens 128] [--device cuda]
 """
