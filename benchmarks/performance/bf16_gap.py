@@ -6,7 +6,7 @@ long), then the same sequences scored three ways: fp32 (sdpa), bf16 (sdpa) and b
 rounds a weight: every difference is rounding inside the forward. Reported per kind: mean and max |Δ log p| over
 the completion tokens, fp32 against bf16 and bf16 sdpa against bf16 eager.
 
-    python -m benchmarks.performance.bf16_gap --commit SHA [--prompts 16] [--tokens 128] [--device cuda]
+    python -m benchmarks.performance.bf16_gap --commit SHA [--prompts 16] [--tokens 128] [--seed 0] [--device cuda]
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=16, help="prompts of each kind, one completion each")
     p.add_argument("--tokens", type=int, default=128, help="completion tokens a prompt")
     p.add_argument("--image", type=int, default=448, help="picture side in pixels (a multiple of 28)")
+    p.add_argument("--seed", type=int, default=0, help="prompt i's completion is drawn with seed + i")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args()
     torch.backends.cudnn.allow_tf32 = False  # the fp32 reference in fp32 (the patch embedding is a convolution)
@@ -74,7 +75,7 @@ def main() -> None:
     vision = VisionPrompts.load(path, model.config, tokenizer)
     kinds = {kind: [model_inputs(t, tokenizer, vision, args.device)
                     for t in tasks(args.image, args.prompts, kind == "images")] for kind in ("images", "text")}
-    done = {kind: [sample(model, x, args.tokens, i, vision.tokens.markup) for i, x in enumerate(xs)]
+    done = {kind: [sample(model, x, args.tokens, args.seed + i, vision.tokens.markup) for i, x in enumerate(xs)]
             for kind, xs in kinds.items()}
     scored = {"fp32": {k: [completion_logps(model, x, c) for x, c in zip(kinds[k], done[k])] for k in kinds}}
     model.to(torch.bfloat16)
@@ -85,7 +86,8 @@ def main() -> None:
     rows = [{"kind": k, "fp32_vs_bf16": gaps(scored["fp32"][k], scored["bf16-sdpa"][k]),
              "bf16_sdpa_vs_eager": gaps(scored["bf16-sdpa"][k], scored["bf16-eager"][k])} for k in kinds]
     out = write_result("bf16_gap", {"shape": "qwen2.5-vl-3b", "device": args.device, "image_px": args.image,
-                                    "prompts": args.prompts, "tokens": args.tokens, "rows": rows}, args.commit)
+                                    "prompts": args.prompts, "tokens": args.tokens, "seed": args.seed,
+                                    "rows": rows}, args.commit)
     print_table([{"kind": r["kind"], **{f"{c} mean/max": f"{r[c]['mean']:.4f} / {r[c]['max']:.3f}"
                                         for c in ("fp32_vs_bf16", "bf16_sdpa_vs_eager")}} for r in rows],
                 ["kind", "fp32_vs_bf16 mean/max", "bf16_sdpa_vs_eager mean/max"])
