@@ -4,8 +4,9 @@ a text-only run of the same model whose prompts hold as many tokens (each image'
 characters) and the same completions (every one exactly --tokens long, EOS ignored). Reported per run: training
 tokens/s (prompt + completion tokens of the trained samples over the window after --warmup steps, every step's
 time kept), the ratio images / text in the same repeat, and the rollout-learner log-prob gap on the sampled tokens
-(bf16; mean and max |Δ log p|). Repeats alternate the order. The differences in work: the image runs also run the
-vision tower (vLLM once per prompt, the learner once per sequence, frozen: no backward) and the image processor.
+(in --dtype; mean and max |Δ log p|). Repeats alternate the order. The differences in work: the image runs also run the
+vision tower (vLLM once per prompt, the learner once per distinct picture of a micro-batch, frozen: no backward)
+and the image processor.
 
     python -m benchmarks.performance.vision_gpu --commit SHA [--repeats 1] [--steps 8] [--warmup 3] [--image 448]
         [--dtype float32] [--kinds images]   # fp32 on both sides: is the log-prob gap precision or a fault?
