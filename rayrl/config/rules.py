@@ -263,6 +263,15 @@ def teacher_fits_beside_rollout(c: Config) -> str | None:
     return None
 
 
+def minibatches_fit_the_batch(c: Config) -> str | None:
+    need = c.learner.minibatches * c.learner.num_workers
+    if c.rollout.batch_size < need:
+        return (f"learner.minibatches={c.learner.minibatches} splits each learner rank's groups into that many "
+                f"optimizer steps: rollout.batch_size ({c.rollout.batch_size} groups, dealt over "
+                f"learner.num_workers={c.learner.num_workers}) must be at least {need}")
+    return None
+
+
 RULES = (group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_buffer_fits,
          openai_agent_needs_fn, colocate_is_synchronous, share_memory_fits,
          rollouts_per_gpu_is_share, colocated_workers_pair_up, colocated_vllm_is_one_device,
@@ -270,7 +279,7 @@ RULES = (group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_bu
          tensor_parallel_needs_vllm_gpus, bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm,
          lora_keeps_the_base_asleep, lora_on_gpu_vllm_is_half, elastic_fleet_fits, reward_model_template_shows_the_answer,
          judge_votes_need_sampling, reward_model_fits_beside_rollout, served_models_gpus_fit, teacher_has_a_path,
-         distillation_keeps_equal_reward_groups, teacher_fits_beside_rollout)
+         distillation_keeps_equal_reward_groups, teacher_fits_beside_rollout, minibatches_fit_the_batch)
 
 
 def check_rules(c: Config) -> None:

@@ -22,22 +22,35 @@ def train_twice(cfg, model_path, items, name):
         plan.remove()
 
 
+COMMON = ("learner.lr=1e-4", "learner.max_tokens_per_micro_batch=64")
+
+
 @pytest.fixture(scope="module")
 def reference(ray_cluster, make_cfg, random_groups):
-    cfg = make_cfg("learner.lr=1e-4", "learner.max_tokens_per_micro_batch=64")
-    model_path = prepare_models(cfg).policy
+    """The model, the batch, and one plain rank's two steps per set of extra overrides (each run once)."""
+    model_path = prepare_models(make_cfg(*COMMON)).policy
     groups = random_groups(8, 4, seed=1)
     items = [[ray.put(g)] for g in groups]
-    return model_path, items, train_twice(cfg, model_path, items, "ref")
+    runs = {}
+
+    def one_rank(extra: tuple[str, ...]):
+        if extra not in runs:
+            runs[extra] = train_twice(make_cfg(*COMMON, *extra), model_path, items, f"ref{len(runs)}")
+        return runs[extra]
+    return model_path, items, one_rank
 
 
-@pytest.mark.parametrize("backend", [["learner.backend=fsdp"],
-                                     ["learner.backend=deepspeed", "learner.zero_stage=3"]],
-                         ids=["fsdp2", "deepspeed-zero3"])
-def test_two_ranks_equal_one(reference, make_cfg, backend):
-    model_path, items, (ref_stats, ref_weights) = reference
-    cfg = make_cfg("learner.lr=1e-4", "learner.max_tokens_per_micro_batch=64", "learner.num_workers=2", *backend)
-    stats, weights = train_twice(cfg, model_path, items, backend[0].split("=")[1])
+# minibatches: each rank splits its own groups (dealt round-robin) in two, so with 8 groups over 2 ranks each
+# minibatch holds the same groups as on one rank
+@pytest.mark.parametrize("backend, extra", [(["learner.backend=fsdp"], ()),
+                                            (["learner.backend=deepspeed", "learner.zero_stage=3"], ()),
+                                            (["learner.backend=fsdp"], ("learner.minibatches=2",))],
+                         ids=["fsdp2", "deepspeed-zero3", "fsdp2-minibatches"])
+def test_two_ranks_equal_one(reference, make_cfg, backend, extra):
+    model_path, items, one_rank = reference
+    ref_stats, ref_weights = one_rank(extra)
+    cfg = make_cfg(*COMMON, "learner.num_workers=2", *backend, *extra)
+    stats, weights = train_twice(cfg, model_path, items, backend[0].split("=")[1] + str(len(extra)))
     for step in range(2):
         assert stats[step]["loss"] == pytest.approx(ref_stats[step]["loss"], abs=1e-5), step
     assert weights.keys() == ref_weights.keys()

@@ -173,6 +173,10 @@ RULE_CASES = {
     "teacher_fits_beside_rollout": ([*_TEACHER, "teacher.placement=rollout", "teacher.num_actors=2"],
                                     [*_TEACHER, "teacher.placement=rollout", "teacher.num_actors=2",
                                      "rollout.num_workers=2"]),
+    "minibatches_fit_the_batch": (["rollout.batch_size=8", "learner.minibatches=5", "learner.backend=fsdp",
+                                   "learner.num_workers=2"],
+                                  ["rollout.batch_size=10", "learner.minibatches=5", "learner.backend=fsdp",
+                                   "learner.num_workers=2"]),
 }
 
 

@@ -5,8 +5,8 @@ import torch
 
 from rayrl.batching import collate
 from rayrl.engines.learner.device import packs_sequences, shares_prompts
-from rayrl.engines.learner.microbatch import (PADDING_SHARE, empty_like, microbatches, plan_microbatches, plan_padded,
-                                             segment_mask, view)
+from rayrl.engines.learner.microbatch import (PADDING_SHARE, empty_like, microbatches, minibatch_rows, plan_microbatches,
+                                             plan_padded, segment_mask, view)
 from rayrl import components
 from rayrl.demo import prepare_models
 
@@ -130,6 +130,34 @@ def test_shared_prompts_equal_one_row_per_sample(make_cfg, model_path, random_gr
     assert not shares_prompts(make_cfg().learner, cpu, bitwise=True)
     with pytest.raises(ValueError, match="learner.share_prompts=true needs a CPU learner with padded rows"):
         shares_prompts(make_cfg("learner.share_prompts=true", "learner.pack_sequences=true").learner, cpu, False)
+
+
+def test_minibatches_are_whole_groups_each_its_own_optimizer_step(make_cfg, model_path, random_groups):
+    """learner.minibatches=2 on a batch that fits one micro-batch: two optimizer steps, each on half of the
+    groups: the weights of two steps on those halves in turn (no off-policy correction: no scoring between)."""
+    index = torch.tensor([0] * 3 + [1] * 5 + [2] * 4 + [3] * 4)
+    assert minibatch_rows(index, 2) == [list(range(8)), list(range(8, 16))]
+    assert minibatch_rows(index, 5) == [[0, 1, 2], list(range(3, 8)), [], list(range(8, 12)), list(range(12, 16))]
+    groups = random_groups(4, 4, seed=5, same_prompt=True)
+    batch = collate(groups, 0)
+    for layout in ({"pack": True}, {"pack": False}, {"pack": False, "share_prompts": True}):
+        mbs = microbatches(batch, max_tokens=10_000, rows=list(range(4, 12)), **layout)
+        assert sum(mb.n_sequences for mb in mbs) == 8, layout
+        assert {int(i) for mb in mbs for i in mb.seq_ids.unique() if i >= 0} == set(range(4, 12)), layout
+    overrides = ("learner.lr=1e-3", "algorithm.off_policy_correction=false", "learner.max_tokens_per_micro_batch=10000")
+    split = components.learner(make_cfg(*overrides, "learner.minibatches=2"), model_path)
+    halves = components.learner(make_cfg(*overrides), model_path)
+    stats = split.train_step(collate(groups, split.tokenizer.pad_token_id))
+    for half in (groups[:2], groups[2:]):
+        halves.train_step(collate(half, halves.tokenizer.pad_token_id))
+    assert stats["micro_batches"] == 2 and split.version == 1
+    assert {int(s["step"]) for s in split.backend.optimizer.state.values()} == {2}
+    moved = 0.0
+    for (name, p), q, r in zip(split.backend.model.named_parameters(), halves.backend.model.parameters(),
+                               components.learner(make_cfg(*overrides), model_path).backend.model.parameters()):
+        assert torch.allclose(p, q, rtol=0, atol=1e-6), name
+        moved = max(moved, float((p - r).detach().abs().max()))
+    assert moved > 1e-4
 
 
 def test_packed_rows_carry_the_offsets_the_varlen_kernel_reads(make_cfg, random_groups):

@@ -26,7 +26,7 @@ from rayrl.engines.learner.base import LearnerBackend, LearnerSetup
 from rayrl.engines.learner.checkpoint import export_hf
 from rayrl.engines.learner.device import attention_for, learner_device, packs_sequences, shares_prompts
 from rayrl.engines.learner.offload import move_optimizer_state
-from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, scatter, view
+from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, minibatch_rows, scatter, view
 from rayrl.engines.learner.modes import learner_mode
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
@@ -62,11 +62,6 @@ def data_parallel() -> DataParallel:
     return DataParallel(dist.get_world_size(), dist.get_rank(),
                         lambda x: reduce(x, dist.ReduceOp.SUM, torch.float64),
                         lambda x: int(reduce(x, dist.ReduceOp.MAX, torch.int64)))
-
-
-def _chunks(items: list, n: int) -> list[list]:
-    size = -(-len(items) // n)
-    return [items[i: i + size] for i in range(0, len(items), size)]
 
 
 class Learner:
@@ -141,6 +136,16 @@ class Learner:
         """Learner against rollout engine on the tokens sampled by the weights held now."""
         mismatch.add(logp, mb.behav_logprobs, (mb.loss_mask > 0) & (mb.versions == self.version))
 
+    def _minibatches(self, batch: Batch) -> list[list[MicroBatch]]:
+        """learner.minibatches lists of micro-batches, each of whole groups; every rank runs as many passes in
+        each (one-token fillers of zero weight where it has fewer, or none of that minibatch's groups)."""
+        lc = self.lc
+        parts = [None] if lc.minibatches == 1 else minibatch_rows(batch.group_index, lc.minibatches)
+        out = [microbatches(batch, lc.max_tokens_per_micro_batch, packs_sequences(lc, self.device),
+                            self.share_prompts, rows) if rows != [] else [] for rows in parts]
+        filler = empty_like(next(mb for minibatch in out for mb in minibatch))
+        return [minibatch + [filler] * (self.dp.max(len(minibatch)) - len(minibatch)) for minibatch in out]
+
     def train_step(self, batch: Batch, values: torch.Tensor | None = None) -> dict[str, float]:
         """Overlong shaping, proximal / reference log-probs, advantages, micro-batches with gradient
         accumulation, learner.minibatches optimizer steps; the policy version advances by one.
@@ -150,8 +155,8 @@ class Learner:
         self.reclaim()
         rewards, mask = shape_batch(batch.rewards, batch.loss_mask, batch.truncated, self.setup.max_new_tokens, alg)
         attach_images(batch, self.vision)
-        mbs = microbatches(batch, lc.max_tokens_per_micro_batch, packs_sequences(lc, self.device), self.share_prompts)
-        mbs += [empty_like(mbs[0])] * (dp.max(len(mbs)) - len(mbs))  # every rank runs as many passes
+        minibatches = self._minibatches(batch)
+        mbs = [mb for minibatch in minibatches for mb in minibatch]
         self.mode.before_step(self.backend.model)
         mismatch, kl = self._score(mbs, batch)
         batch.advantages, self.last_returns = advantages(rewards, batch.group_index, mask, alg, kl, values)
@@ -166,7 +171,7 @@ class Learner:
             mb.advantages, mb.weights = view(batch.advantages, mb), view(weights, mb)
         entropy = alg.entropy_coef > 0
         losses, norms, extra = [], [], {}
-        for chunk in _chunks(mbs, min(lc.minibatches, len(mbs))):
+        for chunk in (minibatch for minibatch in minibatches if minibatch):  # none: no rank has its groups
             denom = denominator(dp.sum(float(sum(mb.weights.sum() for mb in chunk))),
                                 dp.sum(float(sum(mb.n_sequences for mb in chunk))), alg.aggregation(),
                                 self.setup.max_new_tokens)

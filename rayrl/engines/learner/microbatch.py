@@ -205,12 +205,13 @@ def shared_prefix(batch: Batch, rows: list[int], lengths: list[int]) -> int:
     return max(0, min(common, first - 1))
 
 
-def plan_shared(batch: Batch, lengths: list[int], max_tokens: int) -> list[tuple[int, list[int]]]:
-    """A (prefix length, rows) unit per group, cut where its row would pass max_tokens."""
+def plan_shared(batch: Batch, lengths: list[int], max_tokens: int,
+                groups: list[int] | None = None) -> list[tuple[int, list[int]]]:
+    """A (prefix length, rows) unit per group (of groups, if given), cut where its row would pass max_tokens."""
     if lengths and max(lengths) > max_tokens:
         plan_microbatches(lengths, max_tokens)  # raises, naming the setting
     units = []
-    for g in batch.group_index.unique().tolist():
+    for g in batch.group_index.unique().tolist() if groups is None else groups:
         rows = (batch.group_index == g).nonzero().squeeze(-1).tolist()
         prefix = shared_prefix(batch, rows, [lengths[i] for i in rows])
         unit, size = [], prefix
@@ -255,22 +256,41 @@ def segment_mask(segments: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
 
-def microbatches(batch: Batch, max_tokens: int, pack: bool = True, share_prompts: bool = False) -> list[MicroBatch]:
-    """Packed or padded micro-batches; share_prompts (padded only): a group's prompt once per row."""
+def minibatch_rows(group_index: torch.Tensor, n: int) -> list[list[int]]:
+    """The batch's rows as n minibatches of whole groups, in batch order, their sample counts as even as the
+    groups allow (a minibatch is empty when there are fewer groups than n)."""
+    rows: dict[int, list[int]] = {}
+    for i, g in enumerate(group_index.tolist()):
+        rows.setdefault(g, []).append(i)
+    parts: list[list[int]] = [[] for _ in range(n)]
+    total, before = len(group_index), 0
+    for group in rows.values():  # a group goes where its middle sample falls
+        parts[min(n - 1, (2 * before + len(group)) * n // (2 * total))].extend(group)
+        before += len(group)
+    return [sorted(part) for part in parts]
+
+
+def microbatches(batch: Batch, max_tokens: int, pack: bool = True, share_prompts: bool = False,
+                 rows: list[int] | None = None) -> list[MicroBatch]:
+    """Packed or padded micro-batches of the batch's rows (or of rows, whole groups); share_prompts (padded
+    only): a group's prompt once per row."""
     if share_prompts and batch.images is not None:
         raise ValueError("learner.share_prompts does not take images (each branch would need the prompt's "
                          "image positions); set learner.share_prompts=false for vision-language tasks")
+    lengths = sequence_lengths(batch)
     if share_prompts:
-        lengths = sequence_lengths(batch)
-        units = plan_shared(batch, lengths, max_tokens)
-        sizes = [p + sum(lengths[i] - p for i in rows) for p, rows in units]
+        groups = None if rows is None else list(dict.fromkeys(batch.group_index[rows].tolist()))
+        units = plan_shared(batch, lengths, max_tokens, groups)
+        sizes = [p + sum(lengths[i] - p for i in unit) for p, unit in units]
         return [shared(batch, [units[u] for u in plan], lengths) for plan in plan_padded(sizes, max_tokens)]
+    chosen = list(range(len(lengths))) if rows is None else rows
+    own = [lengths[i] for i in chosen]
     if pack:
-        groups = None if batch.images is None else batch.group_index.tolist()
-        plan = plan_microbatches(sequence_lengths(batch), max_tokens, groups)
+        groups = None if batch.images is None else [int(batch.group_index[i]) for i in chosen]
+        plan = plan_microbatches(own, max_tokens, groups)
     else:
-        plan = plan_padded(sequence_lengths(batch), max_tokens)
-    return [(packed if pack else padded)(batch, rows) for rows in plan]
+        plan = plan_padded(own, max_tokens)
+    return [(packed if pack else padded)(batch, [chosen[j] for j in b]) for b in plan]
 
 
 def empty_like(mb: MicroBatch) -> MicroBatch:
