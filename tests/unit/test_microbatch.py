@@ -5,8 +5,8 @@ import torch
 
 from rayrl.batching import collate
 from rayrl.engines.learner.device import packs_sequences, shares_prompts
-from rayrl.engines.learner.microbatch import (PADDING_SHARE, empty_like, microbatches, minibatch_rows, plan_microbatches,
-                                             plan_padded, segment_mask, view)
+from rayrl.engines.learner.microbatch import (PADDING_SHARE, empty_like, microbatches, minibatch_rows,
+                                             plan_microbatches, plan_padded, segment_mask, view)
 from rayrl import components
 from rayrl.demo import prepare_models
 
