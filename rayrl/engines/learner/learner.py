@@ -26,7 +26,7 @@ from rayrl.engines.learner.base import LearnerBackend, LearnerSetup
 from rayrl.engines.learner.checkpoint import export_hf
 from rayrl.engines.learner.device import attention_for, learner_device, packs_sequences, shares_prompts
 from rayrl.engines.learner.offload import move_optimizer_state
-from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, minibatch_rows, scatter, view
+from rayrl.engines.learner.microbatch import MicroBatch, scatter, split_minibatches, view
 from rayrl.engines.learner.modes import learner_mode
 from rayrl.engines.learner.scoring import batch_logprobs, microbatch_logprobs
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
@@ -136,16 +136,6 @@ class Learner:
         """Learner against rollout engine on the tokens sampled by the weights held now."""
         mismatch.add(logp, mb.behav_logprobs, (mb.loss_mask > 0) & (mb.versions == self.version))
 
-    def _minibatches(self, batch: Batch) -> list[list[MicroBatch]]:
-        """learner.minibatches lists of micro-batches, each of whole groups; every rank runs as many passes in
-        each (one-token fillers of zero weight where it has fewer, or none of that minibatch's groups)."""
-        lc = self.lc
-        parts = [None] if lc.minibatches == 1 else minibatch_rows(batch.group_index, lc.minibatches)
-        out = [microbatches(batch, lc.max_tokens_per_micro_batch, packs_sequences(lc, self.device),
-                            self.share_prompts, rows) if rows != [] else [] for rows in parts]
-        filler = empty_like(next(mb for minibatch in out for mb in minibatch))
-        return [minibatch + [filler] * (self.dp.max(len(minibatch)) - len(minibatch)) for minibatch in out]
-
     def train_step(self, batch: Batch, values: torch.Tensor | None = None) -> dict[str, float]:
         """Overlong shaping, proximal / reference log-probs, advantages, micro-batches with gradient
         accumulation, learner.minibatches optimizer steps; the policy version advances by one.
@@ -155,7 +145,8 @@ class Learner:
         self.reclaim()
         rewards, mask = shape_batch(batch.rewards, batch.loss_mask, batch.truncated, self.setup.max_new_tokens, alg)
         attach_images(batch, self.vision)
-        minibatches = self._minibatches(batch)
+        minibatches = split_minibatches(batch, lc.minibatches, lc.max_tokens_per_micro_batch,
+                                        packs_sequences(lc, self.device), self.share_prompts, dp.max)
         mbs = [mb for minibatch in minibatches for mb in minibatch]
         self.mode.before_step(self.backend.model)
         mismatch, kl = self._score(mbs, batch)

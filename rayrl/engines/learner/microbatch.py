@@ -15,6 +15,8 @@ sample, with the prompt's layers run once instead of group_size times.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 import torch
 
@@ -291,6 +293,16 @@ def microbatches(batch: Batch, max_tokens: int, pack: bool = True, share_prompts
     else:
         plan = plan_padded(own, max_tokens)
     return [(packed if pack else padded)(batch, [chosen[j] for j in b]) for b in plan]
+
+
+def split_minibatches(batch: Batch, n: int, max_tokens: int, pack: bool, share_prompts: bool,
+                      max_over_ranks: Callable[[int], int]) -> list[list[MicroBatch]]:
+    """n lists of micro-batches, each of whole groups (one optimizer step each); every rank runs as many passes
+    in each (max_over_ranks), with one-token fillers of zero weight where it has fewer or none of its groups."""
+    parts = [None] if n == 1 else minibatch_rows(batch.group_index, n)
+    out = [microbatches(batch, max_tokens, pack, share_prompts, rows) if rows != [] else [] for rows in parts]
+    filler = empty_like(next(mb for minibatch in out for mb in minibatch))
+    return [minibatch + [filler] * (max_over_ranks(len(minibatch)) - len(minibatch)) for minibatch in out]
 
 
 def empty_like(mb: MicroBatch) -> MicroBatch:
