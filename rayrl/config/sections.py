@@ -250,7 +250,8 @@ class LearnerConfig(Section):
     adam_eps: float = F(1e-8, "AdamW epsilon.", gt=0)
     adam_fused: bool | None = F(None, "AdamW as one fused kernel (else torch's default); unset: fused on CUDA.")
     grad_clip: float = F(1.0, "Gradient-norm clip.", gt=0)
-    minibatches: int = F(1, "Optimizer steps per training batch, each on an even share of a rank's groups.", ge=1)
+    minibatches: int = F(1, "Optimizer steps per training batch (policy and PPO critic), each on an even share "
+                            "of a rank's groups.", ge=1)
     max_tokens_per_micro_batch: int = F(8192, "Micro-batches of at most this many tokens (one sequence fits).", ge=1)
     pack_sequences: bool | None = F(None, "Padding-free packing; unset: packed on GPU (varlen attention), padded.")
     share_prompts: bool | None = F(None, "A group's prompt run once per padded row (CPU); unset: on where allowed.")

@@ -160,6 +160,30 @@ def test_minibatches_are_whole_groups_each_its_own_optimizer_step(make_cfg, mode
     assert moved > 1e-4
 
 
+def test_the_critic_takes_the_policys_minibatches(make_cfg, model_path, random_groups):
+    """PPO's critic under learner.minibatches=2: two optimizer steps, the weights of two steps on the halves."""
+    groups = random_groups(4, 4, seed=5)
+    overrides = ("algorithm.critic_lr=1e-3", "algorithm.value_clip=100.0", "learner.max_tokens_per_micro_batch=10000")
+
+    def step(critic, part):
+        batch = collate(part, 0)
+        returns = batch.loss_mask * torch.as_tensor(batch.rewards, dtype=torch.float32)[:, None]
+        return critic.train_step(batch, returns, torch.zeros_like(returns))
+
+    split, halves = (components.critic(make_cfg(*overrides, *extra), model_path) for extra in
+                     (("learner.minibatches=2",), ()))
+    assert step(split, groups)["critic_loss"] > 0
+    for half in (groups[:2], groups[2:]):
+        step(halves, half)
+    assert {int(s["step"]) for s in split.backend.optimizer.state.values()} == {2}
+    start = components.critic(make_cfg(*overrides), model_path).backend.model.parameters()
+    moved = 0.0
+    for (name, p), q, r in zip(split.backend.model.named_parameters(), halves.backend.model.parameters(), start):
+        assert torch.allclose(p, q, rtol=0, atol=1e-6), name
+        moved = max(moved, float((p - r).detach().abs().max()))
+    assert moved > 1e-4
+
+
 def test_packed_rows_carry_the_offsets_the_varlen_kernel_reads(make_cfg, random_groups):
     batch = collate(random_groups(2, 3), 0)
     batch.advantages = torch.zeros_like(batch.loss_mask)

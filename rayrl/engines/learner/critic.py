@@ -14,7 +14,7 @@ from rayrl.config import AlgorithmConfig, LearnerConfig
 from rayrl.engines.learner.base import LearnerSetup
 from rayrl.engines.learner.device import attention_for, learner_device, packs_sequences
 from rayrl.engines.learner.learner import data_parallel
-from rayrl.engines.learner.microbatch import MicroBatch, empty_like, microbatches, scatter, view
+from rayrl.engines.learner.microbatch import MicroBatch, scatter, split_minibatches, view
 from rayrl.engines.registry import LEARNER_BACKENDS, resolve
 from rayrl.types import Batch
 
@@ -42,34 +42,38 @@ class Critic:
                                  **mb.attention_kwargs(d)).logits[..., 0].float()
         return torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], 1)
 
-    def _microbatches(self, batch: Batch) -> list[MicroBatch]:
-        mbs = microbatches(batch, self.lc.max_tokens_per_micro_batch, packs_sequences(self.lc, self.device))
-        return mbs + [empty_like(mbs[0])] * (self.dp.max(len(mbs)) - len(mbs))  # ranks in lockstep
+    def _minibatches(self, batch: Batch, n: int) -> list[list[MicroBatch]]:
+        """The policy's layout: n minibatches of whole groups, every rank as many micro-batches in each."""
+        return split_minibatches(batch, n, self.lc.max_tokens_per_micro_batch, packs_sequences(self.lc, self.device),
+                                 False, self.dp.max)
 
     def values(self, batch: Batch) -> torch.Tensor:
         """[B, T] on the completion tokens, 0 elsewhere, no gradients (collective on sharded backends)."""
         out = torch.zeros_like(batch.loss_mask)
         with torch.no_grad():
-            for mb in self._microbatches(batch):
+            for mb in self._minibatches(batch, 1)[0]:
                 scatter(self._forward(mb).cpu(), mb, out)
         return out * batch.loss_mask
 
     def train_step(self, batch: Batch, returns: torch.Tensor, old_values: torch.Tensor) -> dict[str, float]:
-        """One optimizer step on the token mean of the clipped value loss over every rank's tokens."""
+        """learner.minibatches optimizer steps, each on the token mean of the clipped value loss over its groups'
+        tokens on every rank (the policy's minibatches)."""
         clip = self.alg.value_clip
-        mbs = self._microbatches(batch)
-        tokens = self.dp.sum(float(batch.loss_mask.sum()))
-        total, clipped = 0.0, 0.0
-        for i, mb in enumerate(mbs):
-            mask, target, old = (view(t, mb).to(self.device) for t in (batch.loss_mask, returns, old_values))
-            per_token, fired = value_loss(self._forward(mb), old, target, mask, clip)
-            loss = per_token.sum() / max(tokens, 1.0)
-            self.backend.backward(loss * self.dp.world_size, last=i == len(mbs) - 1)
-            total, clipped = total + loss.item(), clipped + fired.sum().item()
-        grad_norm = self.backend.step()
+        minibatches = self._minibatches(batch, self.lc.minibatches)
+        total, clipped, norms = 0.0, 0.0, []
+        for chunk in (minibatch for minibatch in minibatches if minibatch):  # none: no rank has its groups
+            tokens = self.dp.sum(float(sum(view(batch.loss_mask, mb).sum() for mb in chunk)))
+            for i, mb in enumerate(chunk):
+                mask, target, old = (view(t, mb).to(self.device) for t in (batch.loss_mask, returns, old_values))
+                per_token, fired = value_loss(self._forward(mb), old, target, mask, clip)
+                loss = per_token.sum() / max(tokens, 1.0)
+                self.backend.backward(loss * self.dp.world_size, last=i == len(chunk) - 1)
+                total, clipped = total + loss.item(), clipped + fired.sum().item()
+            norms.append(self.backend.step())
+        tokens, grad_norm = self.dp.sum(float(batch.loss_mask.sum())), sum(norms) / len(norms)
         mask = batch.loss_mask > 0
         residual = (returns - old_values)[mask]
-        return {"critic_loss": self.dp.sum(total), "critic_grad_norm": grad_norm,
+        return {"critic_loss": self.dp.sum(total) / len(norms), "critic_grad_norm": grad_norm,
                 "critic_clip_frac": self.dp.sum(clipped) / max(tokens, 1.0),
                 "critic_values_mean": old_values[mask].mean().item() if mask.any() else 0.0,
                 # 1 - Var(returns - values) / Var(returns): how much of the returns the critic explains
