@@ -9,7 +9,8 @@ Systems (--systems, comma-separated), each named by its settings:
       share, its off-policy generation batch, Liger kernels, torch.compile, the IS correction off (its ceiling)
   rayrl-etaN[-enginesK][-eager][-padded]   rayrl, placement.mode=share: K vLLM engines (default 4) beside the
       compiled FSDP2 learner with packed micro-batches, weights over CUDA IPC, max staleness N; -eager: the
-      learner not compiled; -padded: padded micro-batches. The ablation of where rayrl's speed comes from.
+      learner not compiled (its log-prob head in chunks of 2,048 rows, as fits eager); -padded: padded
+      micro-batches. The ablation of where rayrl's speed comes from.
 Both sides are measured the same way: the mean step over the window after --warmup (the throughput a user gets),
 every step's time kept in the JSON; TRL's phases (generation, weight sync, its whole rollout) per step as well.
 Repeats alternate the order of the systems. Reported per system: training samples/s, step time, GPU busy
@@ -51,8 +52,10 @@ def rayrl_overrides(name: str, model: Path, tokens: int, shape: str) -> tuple[in
     for part in parts[1:]:
         if part.startswith("engines") and part[7:].isdigit():
             engines = int(part[7:])
-        elif part in ("eager", "padded"):
-            extra.append("learner.compile=false" if part == "eager" else "learner.pack_sequences=false")
+        elif part == "eager":  # unfused, the head's fp32 temporaries of 8,192 rows overflow an 80 GB card's share
+            extra += ["learner.compile=false", "learner.logprob_chunk_tokens=2048"]
+        elif part == "padded":
+            extra.append("learner.pack_sequences=false")
         else:
             raise ValueError(f"unknown part {part!r} of rayrl system {name!r}: expected enginesK, eager or padded")
     return int(parts[0][3:]), gpu_overrides(1, model, tokens, shape=shape, engines=engines) + extra
