@@ -80,12 +80,24 @@ class Run(threading.Thread):
 
 def sigkill_when(run: Run, step: int, names: list[str]) -> tuple[int, float]:
     """SIGKILL the processes of the named actors (one after the other, at once) once `step` is logged; the step
-    they died after and the monotonic time of the kill."""
+    they died after and the monotonic time of the kill. Their pids are read first: a call to an actor that is
+    training waits for its step to end, so asking at the step would kill after the next one's training."""
+    pids = [_pid(run, name) for name in names]
     while _steps_done(run.dir) < step:
         assert run.is_alive(), f"the run ended before step {step}: {run.error!r}"
         time.sleep(0.05)
-    actors = [ray.get_actor(name, namespace=f"rayrl-{run.dir.name}") for name in names]
-    pids = ray.get([a.__ray_call__.remote(lambda self: os.getpid()) for a in actors])
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     return _steps_done(run.dir), time.monotonic()
+
+
+def _pid(run: Run, name: str) -> int:
+    """The process id of the run's named actor, once the run has created it."""
+    while True:
+        assert run.is_alive(), f"the run ended before its actor {name} existed: {run.error!r}"
+        try:
+            actor = ray.get_actor(name, namespace=f"rayrl-{run.dir.name}")
+        except ValueError:  # not created yet
+            time.sleep(0.05)
+            continue
+        return ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
