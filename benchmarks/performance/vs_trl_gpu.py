@@ -139,10 +139,11 @@ def main(args, overrides: list[str]) -> None:
                 except (RuntimeError, subprocess.TimeoutExpired) as err:  # reported and kept; the others still run
                     print(f"repeat {rep} {system} failed: {err}", flush=True)
                     runs.append({"repeat": rep, "system": system, "error": str(err)})
-                    continue
-                runs.append({"repeat": rep, "system": system, **run})
-                print(f"repeat {rep} {system}: {run['samples_per_s']:.1f} samples/s, step {run['step_s']:.3f} s",
-                      flush=True)
+                else:
+                    runs.append({"repeat": rep, "system": system, **run})
+                    print(f"repeat {rep} {system}: {run['samples_per_s']:.1f} samples/s, step {run['step_s']:.3f} s",
+                          flush=True)
+                # after every system, failed ones too: a call cut off later keeps what ran
                 partial = write_result("vs_trl_gpu-partial", {**settings, "runs": runs}, args.commit, path=partial)
     if ray.is_initialized():
         ray.shutdown()
