@@ -14,6 +14,10 @@ the default is the same --steps on both sides). TRL is a benchmark-only extra (p
 
     python -m benchmarks.learning.vs_trl [--config arithmetic|long-answers] [--steps 150] [--eval-every 10]
                                 [--repeats 5] [--systems trl,rayrl-hf,rayrl-vllm] [--seeds 0,1,2,3,4]
+    python -m benchmarks.learning.vs_trl --ladder benchmarks/results/vs_trl-X.json [--targets 0.3,0.35,0.4]
+The ladder reads a study's curves again: the same ratio at each of several fixed accuracies (below the final
+plateau every run gets there, so the median is a time; at TRL's median final accuracy a run that stops just
+short counts as never, and the interval is then unbounded).
 Throughput against TRL on one GPU is its own benchmark: benchmarks/performance/vs_trl_gpu.py.
 """
 
@@ -139,8 +143,32 @@ def plot(runs: list[dict], out: Path) -> Path:
     return out
 
 
+def ladder(source: Path, targets: list[float], commit: str | None) -> Path:
+    """Per target accuracy and system: runs that reach it, median time to it, and that over TRL's with its
+    bootstrap 90 % interval, from a vs_trl result's curves (no run of its own)."""
+    study = json.loads(source.read_text())
+    runs, systems = study["runs"], list(dict.fromkeys(r["system"] for r in study["runs"]))
+    trl_name = next(s for s in systems if s.startswith("trl"))
+    rows = []
+    for target in targets:
+        to = {s: [math.inf if t is None else t for t in (time_to(r["curve"], target) for r in runs if r["system"] == s)]
+              for s in systems}
+        rows += [{"target": target, "system": s, "reached": f"{sum(not math.isinf(t) for t in to[s])}/{len(to[s])}",
+                  "median_time_s": statistics.median(to[s]),
+                  "vs_trl": None if s == trl_name else bootstrap_ratio(to[s], to[trl_name])} for s in systems]
+    path = write_result("vs_trl_ladder", {"source": source.name, "source_commit": study["commit"],
+                                          "config": study["config"], "targets": targets, "rows": rows},
+                        commit or study["commit"])
+    print_table([{**r, "vs_trl": _show(r["vs_trl"])} for r in rows], ["target", "system", "reached", "median_time_s",
+                                                                       "vs_trl"])
+    print(f"time to each target over TRL's, median with its bootstrap 90 % interval, from {source.name} -> {path}")
+    return path
+
+
 def main() -> None:
     p = benchmark_parser(__doc__)
+    p.add_argument("--ladder", type=Path, help="a vs_trl result: report its curves at --targets, run nothing")
+    p.add_argument("--targets", default="0.3,0.33,0.35,0.37,0.38,0.39,0.4", help="with --ladder: accuracies")
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--rayrl-steps", type=int, default=None, help="rayrl's steps (default: --steps)")
     p.add_argument("--eval-every", type=int, default=10)
@@ -150,6 +178,9 @@ def main() -> None:
     p.add_argument("--seeds", default="", help="one seed per repeat (learner.seed, rollout.seed, TRL's seed)")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()
+    if args.ladder:
+        ladder(args.ladder, [float(x) for x in args.targets.split(",")], args.commit)
+        return
     args.overrides = [*CONFIGS[args.config], *args.overrides]
     cfg = load_config(RECIPE, [*SAME, *args.overrides])
     model_path = prepare_models(cfg).policy
