@@ -122,6 +122,12 @@ def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
     return next((t for t, acc in curve if acc >= target), None)
 
 
+def times_to(runs: list[dict], systems: list[str], target: float) -> dict[str, list[float]]:
+    """Per system, each run's training time to the target accuracy (inf where it never got there)."""
+    return {s: [math.inf if t is None else t for t in (time_to(r["curve"], target) for r in runs if r["system"] == s)]
+            for s in systems}
+
+
 def plot(runs: list[dict], out: Path) -> Path:
     import matplotlib
 
@@ -151,8 +157,7 @@ def ladder(source: Path, targets: list[float], commit: str | None) -> Path:
     trl_name = next(s for s in systems if s.startswith("trl"))
     rows = []
     for target in targets:
-        to = {s: [math.inf if t is None else t for t in (time_to(r["curve"], target) for r in runs if r["system"] == s)]
-              for s in systems}
+        to = times_to(runs, systems, target)
         rows += [{"target": target, "system": s, "reached": f"{sum(not math.isinf(t) for t in to[s])}/{len(to[s])}",
                   "median_time_s": statistics.median(to[s]),
                   "vs_trl": None if s == trl_name else bootstrap_ratio(to[s], to[trl_name])} for s in systems]
@@ -216,8 +221,7 @@ def report_cpu(args, cfg: Config, systems: list[str], runs: list[dict], seeds: l
     trl_name = next((s for s in systems if s.startswith("trl")), None)  # the one TRL system timed against
     trl = [r for r in runs if r["system"] == trl_name]
     target = statistics.median(r["final_accuracy"] for r in trl) if trl else None
-    to_target = {s: [math.inf if t is None else t for t in (time_to(r["curve"], target) for r in runs
-                                                           if r["system"] == s)] for s in systems}
+    to_target = times_to(runs, systems, target)
     rows = []
     for system in systems:
         mine = [r for r in runs if r["system"] == system]

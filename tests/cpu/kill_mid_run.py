@@ -83,6 +83,7 @@ def sigkill_when(run: Run, step: int, names: list[str]) -> tuple[int, float]:
     they died after and the monotonic time of the kill. Their pids are read first: a call to an actor that is
     training waits for its step to end, so asking at the step would kill after the next one's training."""
     pids = [_pid(run, name) for name in names]
+    assert _steps_done(run.dir) < step, f"the actors' pids came after step {step}: the kill would land late"
     while _steps_done(run.dir) < step:
         assert run.is_alive(), f"the run ended before step {step}: {run.error!r}"
         time.sleep(0.05)

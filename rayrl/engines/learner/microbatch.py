@@ -288,7 +288,7 @@ def microbatches(batch: Batch, max_tokens: int, pack: bool = True, share_prompts
     chosen = list(range(len(lengths))) if rows is None else rows
     own = [lengths[i] for i in chosen]
     if pack:
-        groups = None if batch.images is None else [int(batch.group_index[i]) for i in chosen]
+        groups = None if batch.images is None else batch.group_index[chosen].tolist()
         plan = plan_microbatches(own, max_tokens, groups)
     else:
         plan = plan_padded(own, max_tokens)
