@@ -155,6 +155,10 @@ def ladder(source: Path, targets: list[float], commit: str | None) -> Path:
     study = json.loads(source.read_text())
     runs, systems = study["runs"], list(dict.fromkeys(r["system"] for r in study["runs"]))
     trl_name = next(s for s in systems if s.startswith("trl"))
+    start = max(r["curve"][0][1] for r in runs)
+    if min(targets) <= start:
+        raise ValueError(f"--targets {min(targets)} is not above the runs' starting accuracy {start}: a target the "
+                         "start already meets takes no time on either side; give targets above it")
     rows = []
     for target in targets:
         to = times_to(runs, systems, target)
