@@ -246,6 +246,20 @@ def teacher_has_a_path(c: Config) -> str | None:
     return None
 
 
+def teacher_path_needs_enabled(c: Config) -> str | None:
+    if c.teacher.path and not c.teacher.enabled:
+        return (f"teacher.path={c.teacher.path} is set but teacher.enabled is false, so no teacher would score: set "
+                "teacher.enabled=true, or drop teacher.path for plain RL")
+    return None
+
+
+def reward_model_path_needs_kind(c: Config) -> str | None:
+    if c.reward.model.path and c.reward.model.kind == "none":
+        return (f"reward.model.path={c.reward.model.path} is set but reward.model.kind=none, so no reward model "
+                "would run: set reward.model.kind=judge or scorer, or drop reward.model.path")
+    return None
+
+
 def distillation_keeps_equal_reward_groups(c: Config) -> str | None:
     """Without the task reward in the loss, dynamic sampling would drop groups the teacher still teaches."""
     if c.teacher.enabled and c.algorithm.reward_coef == 0 and c.algorithm.dynamic_sampling:
@@ -279,7 +293,8 @@ RULES = (group_relative_needs_groups, dynamic_sampling_needs_groups, overlong_bu
          tensor_parallel_needs_vllm_gpus, bitwise_is_verified_setup, lora_has_a_path, lora_rank_fits_vllm,
          lora_keeps_the_base_asleep, lora_on_gpu_vllm_is_half, elastic_fleet_fits, reward_model_template_shows_the_answer,
          judge_votes_need_sampling, reward_model_fits_beside_rollout, served_models_gpus_fit, teacher_has_a_path,
-         distillation_keeps_equal_reward_groups, teacher_fits_beside_rollout, minibatches_fit_the_batch)
+         teacher_path_needs_enabled, reward_model_path_needs_kind, distillation_keeps_equal_reward_groups,
+         teacher_fits_beside_rollout, minibatches_fit_the_batch)
 
 
 def check_rules(c: Config) -> None:
