@@ -85,9 +85,12 @@ class DataConfig(Section):
     seed: int = F(0, "The train / held-out split and the prompt order.")
 
     @model_validator(mode="after")
-    def _range(self) -> "DataConfig":
+    def _consistent(self) -> "DataConfig":
         if self.max_operand < self.min_operand:
             raise ValueError(f"data.max_operand ({self.max_operand}) must be >= data.min_operand ({self.min_operand})")
+        if self.path is not None and self.task != "gsm8k":
+            raise ValueError(f"data.path={self.path} is read only by data.task=gsm8k; data.task={self.task} builds "
+                             "its problems itself: set data.task=gsm8k, or drop data.path")
         return self
 
 

@@ -61,6 +61,12 @@ def test_data_range_checked():
         load_config(None, ["data.min_operand=10", "data.max_operand=5"])
 
 
+def test_a_data_path_the_task_would_not_read_is_refused():
+    with pytest.raises(ConfigError, match="data.path=/x.jsonl is read only by data.task=gsm8k"):
+        load_config(None, ["data.path=/x.jsonl"])
+    assert load_config(None, ["data.task=gsm8k", "data.path=/x.jsonl"]).data.path == "/x.jsonl"
+
+
 def test_recipe_exits_nonzero_on_typo():
     proc = subprocess.run([sys.executable, str(ROOT / "recipes" / "arithmetic_grpo.py"), "--config", str(RECIPE),
                            "rollout.batch_szie=3"], capture_output=True, text=True, timeout=120)
