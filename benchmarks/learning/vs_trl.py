@@ -154,10 +154,12 @@ def ladder(source: Path, targets: list[float], commit: str | None) -> Path:
     bootstrap 90 % interval, from a vs_trl result's curves (no run of its own)."""
     study = json.loads(source.read_text())
     runs, systems = study["runs"], list(dict.fromkeys(r["system"] for r in study["runs"]))
-    trl_name = next(s for s in systems if s.startswith("trl"))
+    trl_name = next((s for s in systems if s.startswith("trl")), None)
+    if trl_name is None:
+        raise SystemExit(f"--ladder {source.name} has no TRL runs (systems {systems}): give a study that ran trl")
     start = max(r["curve"][0][1] for r in runs)
     if min(targets) <= start:
-        raise ValueError(f"--targets {min(targets)} is not above the runs' starting accuracy {start}: a target the "
+        raise SystemExit(f"--targets {min(targets)} is not above the runs' starting accuracy {start}: a target the "
                          "start already meets takes no time on either side; give targets above it")
     rows = []
     for target in targets:
@@ -214,9 +216,9 @@ def main() -> None:
             # every finished run kept on disk at once: a run cut off later (a device call's limit) loses only itself
             partial = write_result("vs_trl-partial", {"config": args.config, "overrides": args.overrides, "runs": runs},
                                    args.commit, path=partial)
-    if partial:
-        partial.unlink()
     report_cpu(args, cfg, systems, runs, seeds)
+    if partial:  # only once the whole result is written: a failed report keeps every run
+        partial.unlink()
 
 
 def report_cpu(args, cfg: Config, systems: list[str], runs: list[dict], seeds: list[int]) -> None:
@@ -225,7 +227,7 @@ def report_cpu(args, cfg: Config, systems: list[str], runs: list[dict], seeds: l
     trl_name = next((s for s in systems if s.startswith("trl")), None)  # the one TRL system timed against
     trl = [r for r in runs if r["system"] == trl_name]
     target = statistics.median(r["final_accuracy"] for r in trl) if trl else None
-    to_target = times_to(runs, systems, target)
+    to_target = times_to(runs, systems, target) if trl else {s: [] for s in systems}  # no TRL: no target
     rows = []
     for system in systems:
         mine = [r for r in runs if r["system"] == system]
@@ -233,7 +235,7 @@ def report_cpu(args, cfg: Config, systems: list[str], runs: list[dict], seeds: l
         rows.append({"system": system, "final_accuracy": spread([r["final_accuracy"] for r in mine]),
                      "wall_s": spread([r["wall_s"] for r in mine]), "samples_per_s": spread([r["samples_per_s"] for r in mine]),
                      **{k: spread([r[k] for r in mine]) for k in ("step_s", "wait_s", "train_s", "sync_s") if k in mine[0]},
-                     "reached": f"{len(reached)}/{len(mine)}", "time_to_target_s": spread(reached),
+                     "reached": f"{len(reached)}/{len(mine)}" if trl else None, "time_to_target_s": spread(reached),
                      "median_time_to_target_s": statistics.median(to_target[system]) if trl else None,
                      "vs_trl_time_to_target": bootstrap_ratio(to_target[system], to_target[trl_name]) if trl else None})
     batch = cfg.rollout.batch_size * cfg.rollout.group_size
